@@ -1,0 +1,83 @@
+# Config validation, the matrix, path helpers and input functions. Logic lives in `trainer`;
+# this file only names paths.
+import json
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, workflow.basedir)  # the packages of this repository, installed or not
+
+from snakemake.cli import get_argument_parser
+
+from trainer.config import base_model_spec, expand_matrix, load_yaml, resolve_run_config, validate_config
+from trainer.runid import RUN_ID_PATTERN, parse_run_id
+
+
+validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
+
+RESULTS = "results"
+RUNS = [str(r) for r in expand_matrix(config)]
+SCALES = sorted({parse_run_id(r).scale for r in RUNS})
+
+
+def requested_targets():
+    """The targets named on the command line (Snakemake exposes none while parsing)."""
+    args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
+    return set(args.targets or [])
+
+
+# `snakemake figures` re-analyses what has finished and must never train: in that mode the
+# train rules are not even defined, so the run logs are plain source files of the DAG.
+REANALYSIS = "figures" in requested_targets()
+
+
+def run_dir(run):
+    return f"{RESULTS}/runs/{run}"
+
+
+def run_file(run, name):
+    return f"{run_dir(run)}/{name}"
+
+
+def finished_runs():
+    """Runs of the matrix whose done.json exists."""
+    return [r for r in RUNS if Path(run_file(r, "done.json")).exists()]
+
+
+ANALYSED_RUNS = finished_runs() if REANALYSIS else RUNS
+
+
+def base_model_json(wildcards):
+    return f"{RESULTS}/models/{parse_run_id(wildcards.run).scale}/model.json"
+
+
+def run_config_arg(wildcards):
+    """The run's resolved config, quoted for the shell."""
+    return shlex.quote(json.dumps(resolve_run_config(config, parse_run_id(wildcards.run)), sort_keys=True))
+
+
+def base_model_arg(wildcards):
+    matrix = config["matrices"][config["matrix"]]
+    return shlex.quote(json.dumps(base_model_spec(config, wildcards.scale, matrix["tasks"]), sort_keys=True))
+
+
+def summary_inputs(wildcards):
+    names = ["config.json", "train.parquet", "eval.parquet", "done.json"]
+    return [run_file(wildcards.run, n) for n in names]
+
+
+def analysis_arg():
+    return shlex.quote(json.dumps(config["analysis"], sort_keys=True))
+
+
+def get_final_output():
+    """Everything the default target builds: every run, the summary and the figures."""
+    return [run_file(r, "done.json") for r in RUNS] + FIGURES
+
+
+FIGURES = [f"{RESULTS}/figures/accuracy_curves.{ext}" for ext in ("png", "pdf")]
+
+
+wildcard_constraints:
+    run=RUN_ID_PATTERN,
+    scale="|".join(map(lambda s: s.replace(".", r"\."), config["scales"])),

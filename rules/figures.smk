@@ -1,0 +1,16 @@
+# The study's figures, rendered from parquet alone.
+
+
+rule figures:
+    input:
+        summary=f"{RESULTS}/summary.parquet",
+    output:
+        report(FIGURES[0], caption="report/accuracy_curves.rst", category="Accuracy"),
+        FIGURES[1],
+    log:
+        f"{RESULTS}/logs/figures.log",
+    params:
+        runs_dir=f"{RESULTS}/runs",
+    shell:
+        "python -m analysis figures --summary {input.summary} --runs-dir {params.runs_dir}"
+        " --out-dir {RESULTS}/figures > {log} 2>&1"

@@ -1,0 +1,200 @@
+"""The experiment config: validation, matrix expansion and per-run resolution (one home for each)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from trainer.runid import RunId
+
+# Sections that decide what a run computes; launcher and resources only decide where it runs,
+# so changing them must not invalidate a run's checkpoints.
+HASHED_KEYS = ("run", "workflow", "task", "scale", "policy", "seed", "model", "workflow_params",
+               "task_params", "training", "base_model")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run; the message names the key."""
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file into a dict, naming the file on a syntax error."""
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
+
+
+def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Check `config` against the JSON schema and the cross-references the schema cannot express.
+
+    Raises ConfigError naming every offending key, e.g. `training.learning_rat: unknown key`.
+    """
+    validator = jsonschema.Draft202012Validator(schema)
+    coerce_command_line_strings(config, validator)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = []
+        for e in errors:
+            if e.validator == "additionalProperties":
+                allowed = sorted(e.schema.get("properties", {}))
+                extra = sorted(set(e.instance) - set(allowed))
+                for key in extra:
+                    where = f"{_key_path(e)}.{key}" if e.absolute_path else key
+                    hint = f" (allowed here: {', '.join(allowed)})" if allowed else ""
+                    lines.append(f"{where}: unknown key{hint}")
+            elif e.validator == "propertyNames":
+                lines.append(f"{_key_path(e)}: unknown name {e.instance!r}: {e.message}")
+            else:
+                lines.append(f"{_key_path(e)}: {e.message}")
+        raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(lines)))
+    _check_references(config)
+
+
+def coerce_command_line_strings(config: dict[str, Any], validator: jsonschema.protocols.Validator) -> None:
+    """Turn strings where the schema wants numbers, booleans or null into those, in place.
+
+    Snakemake parses nested `--config` values with YAML's BaseLoader, so `seeds=[0,1]` arrives as
+    ['0', '1']; a string is re-read as YAML only where a string is not allowed.
+    """
+    for _ in range(1000):  # each pass fixes at least one value; bounded all the same
+        fixed = False
+        for e in validator.iter_errors(config):
+            if e.validator != "type" or not isinstance(e.instance, str) or not e.absolute_path:
+                continue
+            try:
+                value = yaml.safe_load(e.instance)
+            except yaml.YAMLError:
+                continue
+            allowed = [e.validator_value] if isinstance(e.validator_value, str) else e.validator_value
+            if isinstance(value, str) or not any(validator.is_type(value, t) for t in allowed):
+                continue
+            parent = config
+            for key in list(e.absolute_path)[:-1]:
+                parent = parent[key]
+            parent[e.absolute_path[-1]] = value
+            fixed = True
+            break
+        if not fixed:
+            return
+
+
+def _check_references(config: dict[str, Any]) -> None:
+    problems = []
+    if config["matrix"] not in config["matrices"]:
+        problems.append(f"matrix: {config['matrix']!r} is not one of matrices: {sorted(config['matrices'])}")
+    for name, m in config["matrices"].items():
+        for scale in m["scales"]:
+            if scale not in config["scales"]:
+                problems.append(f"matrices.{name}.scales: unknown scale {scale!r} (scales: {sorted(config['scales'])})")
+        for axis, section in (("workflows", "workflows"), ("tasks", "tasks")):
+            for value in m[axis]:
+                if value not in config[section]:
+                    problems.append(f"matrices.{name}.{axis}: {value!r} has no entry in `{section}`")
+        if m.get("single_baseline") and "single" not in config["workflows"]:
+            problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
+    for i, o in enumerate(config.get("overrides", [])):
+        scale = o["match"].get("scale")
+        if scale is not None and scale not in config["scales"]:
+            problems.append(f"overrides[{i}].match.scale: unknown scale {scale!r}")
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def load_config(path: str | Path, schema_path: str | Path) -> dict[str, Any]:
+    """Load and validate a config file."""
+    config = load_yaml(path)
+    validate_config(config, load_yaml(schema_path))
+    return config
+
+
+def expand_matrix(config: dict[str, Any], name: str | None = None) -> list[RunId]:
+    """All runs of a matrix (default: the one in use), each once, in a stable order."""
+    name = name or config["matrix"]
+    m = config["matrices"][name]
+    seeds = config.get("seeds") or m["seeds"]
+    runs = [RunId(w, t, s, p, seed) for w in m["workflows"] for t in m["tasks"] for s in m["scales"]
+            for p in m["policies"] for seed in seeds]
+    if m.get("single_baseline", False):
+        runs += [RunId("single", t, s, "shared", seed) for t in m["tasks"] for s in m["scales"] for seed in seeds]
+    return list(dict.fromkeys(runs))
+
+
+def _matches(match: dict[str, str], run: RunId) -> bool:
+    axes = run.axes()
+    return all(axes[k] == v for k, v in match.items())
+
+
+def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
+    """Everything one run needs, with overrides applied: what the trainer reads from config.json."""
+    scale = config["scales"][run.scale]
+    workflows = copy.deepcopy(config["workflows"])
+    tasks = copy.deepcopy(config["tasks"])
+    training = copy.deepcopy(config["training"])
+    resources = copy.deepcopy(scale["resources"])
+    for o in config.get("overrides", []):
+        if not _matches(o["match"], run):
+            continue
+        training.update(copy.deepcopy(o.get("training", {})))
+        resources.update(copy.deepcopy(o.get("resources", {})))
+        for name, entry in o.get("workflows", {}).items():
+            workflows.setdefault(name, {}).update(copy.deepcopy(entry))
+        for name, entry in o.get("tasks", {}).items():
+            tasks.setdefault(name, {}).update(copy.deepcopy(entry))
+    task = tasks[run.task]
+    if training.get("max_completion_length") is None:
+        training["max_completion_length"] = task.get("max_completion_length", 512)
+    return {
+        "run": str(run),
+        **run.axes(),
+        "model": {"name": scale["model"], "dtype": scale.get("dtype", "float32"), "tiny": scale.get("tiny")},
+        "workflow_params": workflows.get(run.workflow, {}),
+        "task_params": task,
+        "training": training,
+        "resources": resources,
+        "launcher": copy.deepcopy(config["launcher"]),
+    }
+
+
+def config_hash(run_config: dict[str, Any]) -> str:
+    """A content hash of what decides a run's results (not where it runs)."""
+    hashed = {k: run_config.get(k) for k in HASHED_KEYS}
+    blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two hashed run configs."""
+    keys = []
+    for k in sorted(set(old) | set(new)):
+        a, b, path = old.get(k), new.get(k), f"{prefix}{k}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += changed_keys(a, b, path + ".")
+        elif a != b:
+            keys.append(path)
+    return keys
+
+
+def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:
+    """What the base_model step of one scale needs: the model entry and, for `tiny`, the tasks to warm up on."""
+    entry = config["scales"][scale]
+    spec = {"scale": scale, "model": entry["model"], "dtype": entry.get("dtype", "float32"),
+            "tiny": entry.get("tiny"), "tasks": {}}
+    if entry["model"] == "tiny":
+        for task in tasks:
+            rc = resolve_run_config(config, RunId("single", task, scale, "shared", 0))
+            spec["tasks"][task] = {"task_params": rc["task_params"], "training": rc["training"],
+                                   "workflows": {w: resolve_run_config(config, RunId(w, task, scale, "shared", 0))
+                                                 ["workflow_params"] for w in config["workflows"]}}
+    return spec
