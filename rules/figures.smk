@@ -11,6 +11,7 @@ rule figures:
         f"{RESULTS}/logs/figures.log",
     params:
         runs_dir=f"{RESULTS}/runs",
+        expected=" ".join(RUNS),
     shell:
-        "python -m analysis figures --summary {input.summary} --runs-dir {params.runs_dir}"
+        "python -m analysis figures --summary {input.summary} --runs-dir {params.runs_dir} --expected {params.expected}"
         " --out-dir {RESULTS}/figures > {log} 2>&1"

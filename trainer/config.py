@@ -167,23 +167,24 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
     }
 
 
+def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run config that decides its results (not where it runs)."""
+    return {k: run_config.get(k) for k in HASHED_KEYS}
+
+
 def config_hash(run_config: dict[str, Any]) -> str:
-    """A content hash of what decides a run's results (not where it runs)."""
-    hashed = {k: run_config.get(k) for k in HASHED_KEYS}
-    blob = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
+    """A content hash of the run config's hashed view."""
+    blob = json.dumps(hashed_view(run_config), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two hashed run configs."""
-    keys = []
-    for k in sorted(set(old) | set(new)):
-        a, b, path = old.get(k), new.get(k), f"{prefix}{k}"
+def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys of the hashed view whose values differ between two run configs."""
+    def diff(a: Any, b: Any, path: str) -> list[str]:
         if isinstance(a, dict) and isinstance(b, dict):
-            keys += changed_keys(a, b, path + ".")
-        elif a != b:
-            keys.append(path)
-    return keys
+            return [k for key in sorted(set(a) | set(b)) for k in diff(a.get(key), b.get(key), f"{path}{key}.")]
+        return [path.rstrip(".")] if a != b else []
+    return diff(hashed_view(old), hashed_view(new), "")
 
 
 def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:

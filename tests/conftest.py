@@ -1,0 +1,37 @@
+"""Shared fixtures: the repository root and a runner for the snakemake CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the snakemake CLI of this environment; on failure show its output."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A copy of the workflow (Snakefile, rules, config, profiles) in a temporary directory."""
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("rules", "profiles"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    # the packages, importable from the copy as from the repository
+    (tmp_path / "trainer").symlink_to(ROOT / "trainer")
+    (tmp_path / "analysis").symlink_to(ROOT / "analysis")
+    return tmp_path

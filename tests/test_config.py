@@ -1,0 +1,97 @@
+"""Config validation, run ids and matrix expansion."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.conftest import ROOT
+from trainer.config import (ConfigError, changed_keys, config_hash, expand_matrix, load_yaml, resolve_run_config,
+                            validate_config)
+from trainer.runid import RunId, parse_run_id
+
+SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
+
+
+@pytest.fixture
+def config():
+    return load_yaml(ROOT / "config.yaml")
+
+
+def test_shipped_config_is_valid(config):
+    validate_config(config, SCHEMA)
+
+
+def test_paper_matrix_is_126_runs_each_once(config):
+    runs = expand_matrix(config, "paper")
+    assert len(runs) == 126 and len(set(runs)) == 126
+    assert sum(r.workflow == "single" for r in runs) == 18
+    assert all(r.policy == "shared" for r in runs if r.workflow == "single")
+    config["seeds"] = [0, 1, 2, 3, 4]
+    assert len(expand_matrix(config, "paper")) == 210
+
+
+def test_demo_matrix(config):
+    runs = expand_matrix(config)
+    assert len(runs) == 14 and {r.scale for r in runs} == {"tiny"}
+
+
+@pytest.mark.parametrize("text", ["voting-math-qwen3-0.6b-shared-s0", "orch_workers-code-tiny-isolated-s12",
+                                  "single-math-my-model.v2-shared-s3"])
+def test_run_id_round_trip(text):
+    assert str(parse_run_id(text)) == text
+
+
+@pytest.mark.parametrize("text", ["votin-math-tiny-shared-s0", "voting-math-tiny-shared-0", "voting-chess-tiny-shared-s0"])
+def test_bad_run_id_is_named(text):
+    with pytest.raises(ValueError, match=text):
+        parse_run_id(text)
+
+
+def test_unknown_key_is_named(config):
+    config["training"]["learning_rat"] = 1e-5
+    with pytest.raises(ConfigError, match=r"training\.learning_rat: unknown key"):
+        validate_config(config, SCHEMA)
+
+
+def test_unknown_workflow_is_named(config):
+    config["matrices"]["demo"]["workflows"] = ["voting", "debate"]
+    with pytest.raises(ConfigError, match=r"matrices\.demo\.workflows\.1: 'debate' is not one of"):
+        validate_config(config, SCHEMA)
+
+
+def test_unknown_scale_is_named(config):
+    config["matrices"]["demo"]["scales"] = ["qwen3-70b"]
+    with pytest.raises(ConfigError, match=r"unknown scale 'qwen3-70b'"):
+        validate_config(config, SCHEMA)
+
+
+def test_command_line_strings_are_coerced(config):
+    config["seeds"] = ["0", "1"]
+    config["launcher"]["max_num_timeout"] = "5"
+    validate_config(config, SCHEMA)
+    assert config["seeds"] == [0, 1] and config["launcher"]["max_num_timeout"] == 5
+
+
+def test_overrides_apply_in_order(config):
+    rc = resolve_run_config(config, RunId("orch_workers", "math", "qwen3-0.6b", "shared", 0))
+    assert rc["resources"]["gpus"] == 4 and rc["training"]["max_completion_length"] == 3072
+    rc = resolve_run_config(config, RunId("voting", "code", "qwen3-0.6b", "isolated", 0))
+    assert rc["resources"]["gpus"] == 2 and rc["training"]["max_completion_length"] == 2048
+    rc = resolve_run_config(config, RunId("eval_opt", "code", "tiny", "shared", 0))
+    assert rc["workflow_params"]["max_iterations"] == 2 and rc["resources"]["gpus"] == 0
+    assert rc["task_params"]["train"]["source"] == "synthetic_functions"
+
+
+def test_hash_ignores_where_a_run_runs(config):
+    run = RunId("voting", "math", "tiny", "shared", 0)
+    a = resolve_run_config(config, run)
+    other = copy.deepcopy(config)
+    other["launcher"]["backend"] = "slurm"
+    other["scales"]["tiny"]["resources"]["mem_gb"] = 64
+    assert config_hash(a) == config_hash(resolve_run_config(other, run))
+    other["training"]["beta"] = 0.5
+    b = resolve_run_config(other, run)
+    assert config_hash(a) != config_hash(b)
+    assert changed_keys(a, b) == ["training.beta"]

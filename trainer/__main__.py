@@ -1,0 +1,88 @@
+"""Command line of the trainer: what the Snakemake rules call.
+
+    python -m trainer base-model --spec JSON --out results/models/tiny/model.json
+    python -m trainer launch --run-config JSON --base-model MODEL_JSON --run-dir results/runs/RUN
+    python -m trainer train --run-dir results/runs/RUN
+    python -m trainer runs [--config config.yaml] [--matrix paper]
+    python -m trainer score --task math|code FILE.jsonl
+    python -m trainer install-profile      # makes `snakemake --profile slurm` work from the repo root
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _json_arg(text: str):
+    """A JSON value given inline or as @path."""
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e})") from e
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "score":
+        from trainer.tasks.cli import main as score_main
+
+        return score_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("base-model", help="resolve or build a scale's base model")
+    p.add_argument("--spec", type=_json_arg, required=True, help="the scale's spec (JSON or @file)")
+    p.add_argument("--out", required=True, help="model.json to write")
+    p = sub.add_parser("launch", help="submit one run with submitit and wait for it")
+    p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
+    p.add_argument("--base-model", required=True, help="the scale's model.json")
+    p.add_argument("--run-dir", required=True)
+    p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
+    p.add_argument("--run-dir", required=True)
+    p = sub.add_parser("runs", help="list the run ids of a matrix")
+    p.add_argument("--config", default="config.yaml")
+    p.add_argument("--schema", default=None, help="default: rules/config.schema.yaml beside the config")
+    p.add_argument("--matrix", default=None)
+    sub.add_parser("score", help="re-score saved completions (see trainer/tasks/cli.py)")
+    p = sub.add_parser("install-profile", help="link profiles/NAME where `snakemake --profile NAME` looks")
+    p.add_argument("--name", default="slurm")
+    p.add_argument("--repo", default=".", help="the repository root (default: here)")
+    args = parser.parse_args(argv)
+
+    if args.command == "base-model":
+        from trainer.base_model import build_base_model
+
+        build_base_model(args.spec, args.out)
+    elif args.command == "launch":
+        from trainer.launch import LaunchError, launch
+
+        try:
+            launch(args.run_config, args.base_model, args.run_dir)
+        except LaunchError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    elif args.command == "train":
+        from trainer.train import run_training
+
+        run_training(args.run_dir)
+    elif args.command == "install-profile":
+        from trainer.profiles import install_profile
+
+        print(install_profile(Path(args.repo), args.name))
+    elif args.command == "runs":
+        from trainer.config import expand_matrix, load_config
+
+        schema_path = args.schema or Path(args.config).resolve().parent / "rules" / "config.schema.yaml"
+        config = load_config(args.config, schema_path)
+        for run in expand_matrix(config, args.matrix):
+            print(run)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
