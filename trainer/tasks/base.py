@@ -1,0 +1,92 @@
+"""The task interface: problems, scores, the Task base class and the two entry points."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: its text, its gold answer (math) or JSON tests spec (code), and a gold completion."""
+
+    id: str
+    question: str
+    answer: str
+    demonstration: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Score:
+    """The outcome of scoring one completion."""
+
+    score: float
+    parsed: bool
+    error: str | None
+
+
+def default_workers() -> int:
+    """The default pool size: min(4, cpu count)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class Task:
+    """A task: extracts a final answer from a completion and scores it against a problem."""
+
+    name: str = ""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = default_workers() if workers is None else max(1, int(workers))
+
+    def extract_answer(self, text: str) -> str | None:
+        """The final answer of a completion, or None when it has none."""
+        raise NotImplementedError
+
+    def score(self, problem: Problem, completion: str) -> Score:
+        """Score one completion against one problem; never raises on bad completions."""
+        raise NotImplementedError
+
+    def score_batch(self, problems: list[Problem], completions: list[str]) -> list[Score]:
+        """Score many completions in parallel (pool of `workers`), same results and order as score()."""
+        if len(problems) != len(completions):
+            raise ValueError(f"score_batch: {len(problems)} problems but {len(completions)} completions")
+        if not problems:
+            return []
+        if self.workers == 1 or len(problems) == 1:
+            return [self.score(p, c) for p, c in zip(problems, completions)]
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(problems))) as pool:
+            return list(pool.map(self.score, problems, completions))
+
+    def answers_agree(self, a: str | None, b: str | None) -> bool:
+        """Whether two extracted answers are the same answer."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release helper processes, if any."""
+
+
+def get_task(name: str, workers: int | None = None) -> Task:
+    """The task called `name` ("math" or "code") with a scoring pool of `workers`."""
+    if name == "math":
+        from trainer.tasks.math_task import MathTask
+
+        return MathTask(workers=workers)
+    if name == "code":
+        from trainer.tasks.code_task import CodeTask
+
+        return CodeTask(workers=workers)
+    raise ValueError(f"unknown task {name!r} (known: math, code)")
+
+
+def load_problems(task: str, spec: dict[str, Any], split: str) -> list[Problem]:
+    """The problems of one data source of config.yaml (`tasks.<task>.train` or an `eval` entry).
+
+    For an eval entry with `from_train_holdout: true`, the spec must carry the task's train
+    source under `train_spec`; the result is that source's holdout (see sources.load_holdout).
+    """
+    from trainer.tasks.sources import load_source
+
+    return load_source(task, spec, split)

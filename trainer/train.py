@@ -1,0 +1,404 @@
+"""The multi-role GRPO training loop of one run.
+
+    python -m trainer train --run-dir results/runs/voting-math-tiny-shared-s0
+
+reads the run's config.json (written by `trainer launch`), evaluates the base model at step 0,
+trains `max_steps` GRPO steps (rollouts through the workflow, rewards, advantages, one update
+per policy), evaluates every `eval_every` steps, checkpoints under work/, and at the end
+publishes train/eval/samples parquet and done.json atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer import schema
+from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
+from trainer.policies import Policy, PolicySet, routing_table
+from trainer.rollout import HFGenerator
+from trainer.tasks import Problem, get_task, load_problems
+from trainer.workflows import Episode, Workflow, make_workflow, score_episodes
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU runs are then deterministic)."""
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A seed per (run seed, step): a resumed run draws what an uninterrupted one would."""
+    return (seed * 1_000_003 + step * 7_919 + salt) % 2**31
+
+
+@dataclass
+class Row:
+    """One turn as a training sample of its policy."""
+
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    reward: float
+
+
+class GradientRecorder:
+    """Each role's share of a policy's gradient, from leaf hooks on role-grouped micro-batches.
+
+    The backward pass of a micro-batch that holds one role's rows delivers exactly that role's
+    gradient to each parameter's hook, so no extra backward pass is needed.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        self.role: str | None = None
+        self.grads: dict[str, list[torch.Tensor | None]] = {}
+        self.handles = [p.register_hook(self._hook(i, len(params))) for i, p in enumerate(params)]
+
+    def _hook(self, i: int, n: int):
+        def hook(grad: torch.Tensor) -> None:
+            buf = self.grads.setdefault(self.role, [None] * n)
+            buf[i] = grad.detach().float().clone() if buf[i] is None else buf[i] + grad.detach().float()
+        return hook
+
+    def reset(self) -> None:
+        self.grads = {}
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """Per role: norm of its gradient, its share of the summed squared norms, cosine with the others'."""
+        flat = {r: torch.cat([g.flatten() for g in gs if g is not None]) if any(g is not None for g in gs)
+                else None for r, gs in self.grads.items()}
+        flat = {r: v for r, v in flat.items() if v is not None}
+        sq = {r: float(v.pow(2).sum()) for r, v in flat.items()}
+        total_sq = sum(sq.values())
+        total = sum(flat.values()) if flat else None
+        out = {}
+        for r, v in flat.items():
+            others = total - v
+            denom = float(v.norm() * others.norm())
+            out[r] = {"grad_norm": math.sqrt(sq[r]),
+                      "grad_sq_share": sq[r] / total_sq if total_sq > 0 else float("nan"),
+                      "grad_cos_others": float(v @ others) / denom if len(flat) > 1 and denom > 0 else float("nan")}
+        return out
+
+
+def micro_batches(rows: list[Row], token_budget: int) -> list[list[Row]]:
+    """Rows grouped by role (so gradients can be attributed), chunked so rows x width <= budget."""
+    batches = []
+    for role in dict.fromkeys(r.role for r in rows):
+        current: list[Row] = []
+        for row in (r for r in rows if r.role == role):
+            width = max([len(x.prompt_ids) + len(x.completion_ids) for x in current + [row]])
+            if current and width * (len(current) + 1) > token_budget:
+                batches.append(current)
+                current = []
+            current.append(row)
+        if current:
+            batches.append(current)
+    return batches
+
+
+def collate(rows: list[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded prompts followed by right-padded completions: (input_ids, attention_mask, completion_mask)."""
+    p_len = max(len(r.prompt_ids) for r in rows)
+    c_len = max(len(r.completion_ids) for r in rows)
+    ids = torch.full((len(rows), p_len + c_len), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    cmask = torch.zeros((len(rows), c_len), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        p, c = len(r.prompt_ids), len(r.completion_ids)
+        ids[i, p_len - p:p_len] = torch.tensor(r.prompt_ids)
+        ids[i, p_len:p_len + c] = torch.tensor(r.completion_ids)
+        attn[i, p_len - p:p_len + c] = 1
+        cmask[i, :c] = 1
+    return ids, attn, cmask
+
+
+def assign_rewards_and_advantages(workflow: Workflow, episodes: list[Episode], group_of: list[int],
+                                  training: dict[str, Any]) -> None:
+    """Set every turn's reward (final outcome or per role) and its GRPO advantage."""
+    for ep in episodes:
+        for t in ep.turns:
+            t.reward = (ep.score.score if training["reward_mode"] == "final_outcome"
+                        else workflow.role_reward(ep, t))
+    scale = training["scale_rewards"] == "group"
+    if training["advantage_grouping"] == "episode":
+        rewards = [sum(t.reward for t in ep.turns) / len(ep.turns) for ep in episodes]
+        advs = group_advantages(rewards, group_of, scale)
+        for ep, a in zip(episodes, advs):
+            for t in ep.turns:
+                t.advantage = a
+    else:  # a group per prompt and role instance, across the rollouts; every turn a sample
+        turns = [(g, t) for g, ep in zip(group_of, episodes) for t in ep.turns]
+        advs = group_advantages([t.reward for _, t in turns], [(g, t.role, t.agent) for g, t in turns], scale)
+        for (_, t), a in zip(turns, advs):
+            t.advantage = a
+
+
+class Trainer:
+    """Everything one run holds: model, policies, task, workflow, data and logs."""
+
+    def __init__(self, run_config: dict[str, Any], run_dir: str | Path, log=None):
+        self.cfg = run_config
+        self.t = run_config["training"]
+        self.run_dir = Path(run_dir)
+        self.work = self.run_dir / schema.WORK_DIR
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.log = log or (lambda msg: print(f"[{run_config['run']}] {msg}", file=sys.stderr, flush=True))
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        seed_everything(run_config["seed"])
+        if self.device == "cpu":
+            torch.set_num_threads(max(1, int(run_config["resources"].get("cpus", 1))))
+        self.tokenizer, base = self._load_base()
+        self.task = get_task(run_config["task"])
+        self.workflow = make_workflow(run_config["workflow"], run_config["workflow_params"], self.task)
+        self.routing = routing_table(run_config["policy"], self.workflow.roles, self.t.get("policy_groups"))
+        self.policies = PolicySet(base, self.routing, self.t)
+        self.recorders = {p.name: GradientRecorder(p.params) for p in self.policies}
+        common = dict(max_new_tokens=self.t["max_completion_length"], top_p=self.t["top_p"],
+                      enable_thinking=self.t["enable_thinking"], device=self.device)
+        self.generate = HFGenerator(self.policies, self.tokenizer, temperature=self.t["temperature"], **common)
+        self.eval_generate = HFGenerator(self.policies, self.tokenizer, temperature=self.t["eval_temperature"], **common)
+        params = run_config["task_params"]
+        self.train_problems = load_problems(run_config["task"], params["train"], "train")
+        self.eval_splits = {}
+        for i, spec in enumerate(params["eval"]):
+            spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
+            name = spec.get("name", f"eval{i}")
+            self.eval_splits[name] = load_problems(run_config["task"], spec, "eval")[: self.t["eval_problems"]]
+        self.train_rows: list[dict[str, Any]] = []
+        self.eval_rows: list[dict[str, Any]] = []
+        self.sample_rows: list[dict[str, Any]] = []
+
+    def _load_base(self):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        info = self.cfg["base_model"]
+        dtype = getattr(torch, self.cfg["model"]["dtype"]) if self.device == "cuda" else torch.float32
+        tokenizer = AutoTokenizer.from_pretrained(info["path"])
+        model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype).to(self.device)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if self.t.get("gradient_checkpointing"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+        return tokenizer, model
+
+    # -- data ------------------------------------------------------------------------------
+    def prompts_for_step(self, step: int) -> list[Problem]:
+        """The step's prompts: consecutive slices of a per-epoch seeded permutation."""
+        n, k = len(self.train_problems), self.t["prompts_per_step"]
+        out = []
+        for pos in range((step - 1) * k, step * k):
+            epoch, i = divmod(pos, n)
+            order = list(range(n))
+            random.Random(step_seed(self.cfg["seed"], epoch, salt=1)).shuffle(order)
+            out.append(self.train_problems[order[i]])
+        return out
+
+    # -- one step ---------------------------------------------------------------------------
+    def rollout(self, step: int) -> tuple[list[Episode], list[int]]:
+        torch.manual_seed(step_seed(self.cfg["seed"], step))
+        prompts = self.prompts_for_step(step)
+        g = self.t["num_generations"]
+        problems = [p for p in prompts for _ in range(g)]
+        group_of = [i for i in range(len(prompts)) for _ in range(g)]
+        for m in self.policies.modules():
+            m.eval()
+        episodes = self.workflow.run(problems, self.generate)
+        score_episodes(self.workflow, episodes)
+        assign_rewards_and_advantages(self.workflow, episodes, group_of, self.t)
+        return episodes, group_of
+
+    def update(self, policy: Policy, rows: list[Row]) -> dict[str, dict[str, float]]:
+        """One optimizer step of `policy` on its own rows; returns per-role metrics."""
+        stats: dict[str, dict[str, float]] = {}
+        if not rows:
+            return stats
+        model = self.policies.model(policy.name)
+        model.train()
+        recorder = self.recorders[policy.name]
+        recorder.reset()
+        totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
+                             max_completion_length=self.t["max_completion_length"])
+        eps_low, eps_high = self.t["epsilon"], self.t.get("epsilon_high") or self.t["epsilon"]
+        beta, finite = self.t["beta"], True
+        batches = micro_batches(rows, self.t["micro_batch_tokens"])
+        old_logps = None
+        if self.t["num_iterations"] > 1:  # the sampling policy's log-probs, before any update
+            with torch.no_grad():
+                old_logps = [self._logps(model, b)[0] for b in batches]
+        for _ in range(self.t["num_iterations"]):
+            policy.optimizer.zero_grad(set_to_none=True)
+            recorder.reset()
+            for bi, batch in enumerate(batches):
+                role = batch[0].role
+                s = stats.setdefault(role, {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0})
+                recorder.role = role
+                logps, entropy, cmask = self._logps(model, batch, with_entropy=True)
+                old = old_logps[bi] if old_logps is not None else logps.detach()
+                ref = None
+                if beta > 0:
+                    ref_model, ctx = self.policies.reference_logps_context(policy.name)
+                    with ctx, torch.no_grad():
+                        ref = self._logps(ref_model, batch)[0]
+                    self.policies.model(policy.name)
+                adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=self.device)
+                token = grpo_token_loss(logps, old, adv, eps_low, eps_high, beta, ref)
+                loss = LOSS_AGGREGATIONS[self.t["loss_type"]](token.loss, cmask, totals)
+                finite &= bool(torch.isfinite(loss))
+                loss.backward()
+                n_tok = float(cmask.sum())
+                s["loss"] += float(loss.detach())
+                s["entropy"] += float((entropy * cmask).sum())
+                s["kl"] += float((token.kl * cmask).sum()) if token.kl is not None else float("nan")
+                s["clipped"] += float((token.clipped.float() * cmask).sum())
+                s["tokens"] += n_tok
+            grad_metrics = recorder.metrics()
+            total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t["max_grad_norm"])
+            finite &= bool(torch.isfinite(total_norm))
+            if finite:
+                policy.optimizer.step()
+            policy.optimizer.zero_grad(set_to_none=True)
+            policy.scheduler.step()
+        for role, s in stats.items():
+            s.update(grad_metrics.get(role, {}))
+            s["skipped"] = not finite
+        return stats
+
+    def _logps(self, model, batch: list[Row], with_entropy: bool = False):
+        ids, attn, cmask = collate(batch, self.tokenizer.pad_token_id)
+        ids, attn, cmask = ids.to(self.device), attn.to(self.device), cmask.to(self.device)
+        logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], self.t["temperature"], with_entropy)
+        return logps, entropy, cmask
+
+    def train_step(self, step: int) -> None:
+        t0 = time.time()
+        episodes, _ = self.rollout(step)
+        turns = [t for ep in episodes for t in ep.turns]
+        for policy in self.policies:
+            rows = [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
+                    for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
+            stats = self.update(policy, rows)
+            lr = policy.scheduler.get_last_lr()[0]
+            for role in policy.roles:
+                rt = [t for t in turns if t.role == role]
+                rewards = torch.tensor([t.reward for t in rt], dtype=torch.float64)
+                s = stats.get(role, {})
+                tokens = s.get("tokens", 0.0) or float("nan")
+                self.train_rows.append({
+                    "step": step, "role": role, "policy": policy.name, "n_turns": len(rt),
+                    "n_tokens": int(sum(len(t.completion.completion_ids) for t in rt)),
+                    "reward_mean": float(rewards.mean()) if len(rt) else float("nan"),
+                    "reward_std": float(rewards.std()) if len(rt) > 1 else float("nan"),
+                    "adv_abs_mean": sum(abs(t.advantage) for t in rt) / len(rt) if rt else float("nan"),
+                    "loss": s.get("loss", float("nan")), "grad_norm": s.get("grad_norm", float("nan")),
+                    "grad_sq_share": s.get("grad_sq_share", float("nan")),
+                    "grad_cos_others": s.get("grad_cos_others", float("nan")),
+                    "entropy": s.get("entropy", float("nan")) / tokens, "kl": s.get("kl", float("nan")) / tokens,
+                    "clip_ratio": s.get("clipped", float("nan")) / tokens,
+                    "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
+                    "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
+                })
+
+    # -- evaluation -------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, step: int) -> None:
+        for m in self.policies.modules():
+            m.eval()
+        for split, problems in self.eval_splits.items():
+            t0 = time.time()
+            torch.manual_seed(step_seed(self.cfg["seed"], step, salt=2))
+            episodes = self.workflow.run(problems, self.eval_generate)
+            score_episodes(self.workflow, episodes)
+            row = {"step": step, "split": split, "n": len(episodes),
+                   "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
+                   "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
+                   **self.workflow.diagnostics(episodes), "time_s": time.time() - t0}
+            self.eval_rows.append(row)
+            keep = random.Random(step_seed(self.cfg["seed"], step, salt=3)).sample(
+                range(len(episodes)), min(self.t["samples_per_eval"], len(episodes)))
+            for e in sorted(keep):
+                ep = episodes[e]
+                for k, turn in enumerate(ep.turns):
+                    self.sample_rows.append({
+                        "step": step, "split": split, "episode": e, "problem_id": ep.problem.id, "turn": k,
+                        "role": turn.role, "agent": turn.agent, "prompt": turn.prompt,
+                        "completion": turn.completion.text, "reward": float(ep.score.score if ep.score else 0.0),
+                        "final_answer": self.task.extract_answer(ep.final_text) or "", "correct": ep.correct})
+
+    # -- the loop ---------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        max_steps, t_start = self.t["max_steps"], time.time()
+        self.evaluate(0)
+        self.log(f"step 0/{max_steps} eval " + self._eval_summary())
+        for step in range(1, max_steps + 1):
+            tokens_before = self.generate.generated_tokens
+            t0 = time.time()
+            self.train_step(step)
+            if step % self.t["eval_every"] == 0 or step == max_steps:
+                self.evaluate(step)
+            if step % self.t["save_every"] == 0 or step == max_steps:
+                self.checkpoint(step)
+            elapsed = time.time() - t_start
+            rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
+            tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
+            left = elapsed / step * (max_steps - step)
+            self.log(f"step {step}/{max_steps} reward {rewards} | eval {self._eval_summary()} | "
+                     f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
+        return self.publish(max_steps, time.time() - t_start)
+
+    def _eval_summary(self) -> str:
+        last = self.eval_rows[-len(self.eval_splits):]
+        return " ".join(f"{r['split']}={r['accuracy']:.3f}@{r['step']}" for r in last)
+
+    def checkpoint(self, step: int) -> None:
+        """Policies (save_pretrained) and the logs so far, under work/checkpoints/step-N."""
+        directory = self.work / "checkpoints" / f"step-{step:06d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        self.policies.save(str(directory / "policies"))
+        self.write_logs(directory)
+        kept = sorted((self.work / "checkpoints").glob("step-*"))
+        for old in kept[: -self.t["keep_last"]]:
+            import shutil
+
+            shutil.rmtree(old)
+
+    def write_logs(self, directory: Path) -> None:
+        schema.write_parquet_atomic(schema.to_table(self.train_rows, schema.TRAIN_SCHEMA), directory / schema.TRAIN_PARQUET)
+        schema.write_parquet_atomic(schema.to_table(self.eval_rows, schema.EVAL_SCHEMA), directory / schema.EVAL_PARQUET)
+        schema.write_parquet_atomic(schema.to_table(self.sample_rows, schema.SAMPLES_SCHEMA),
+                                    directory / schema.SAMPLES_PARQUET)
+
+    def publish(self, steps_done: int, wall_time_s: float) -> dict[str, Any]:
+        """The run's logs into its directory, each atomically, and done.json last."""
+        self.write_logs(self.run_dir)
+        done = {"run": self.cfg["run"], "steps_done": steps_done, "steps_expected": self.t["max_steps"],
+                "config_hash": self.cfg["config_hash"], "wall_time_s": wall_time_s,
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        schema.write_json_atomic(done, self.run_dir / schema.DONE_JSON)
+        self.log(f"done: {self.run_dir}")
+        return done
+
+
+def run_training(run_dir: str | Path) -> dict[str, Any]:
+    """Train the run whose config.json is in `run_dir` (what a submitit job calls)."""
+    run_dir = Path(run_dir)
+    cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
+    done_path = run_dir / schema.DONE_JSON
+    if done_path.exists():
+        done = json.loads(done_path.read_text())
+        if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
+            return done
+    return Trainer(cfg, run_dir).fit()
