@@ -6,6 +6,8 @@ rule summarize_run:
         summary_inputs,
     output:
         f"{RESULTS}/summaries/{{run}}.parquet",
+    conda:
+        "../envs/analysis.yaml"
     log:
         f"{RESULTS}/logs/summarize_run/{{run}}.log",
     params:
@@ -22,6 +24,8 @@ rule collect:
     output:
         parquet=f"{RESULTS}/summary.parquet",
         csv=f"{RESULTS}/summary.csv",
+    conda:
+        "../envs/analysis.yaml"
     log:
         f"{RESULTS}/logs/collect.log",
     params:

@@ -7,6 +7,8 @@ rule figures:
     output:
         report(FIGURES[0], caption="report/accuracy_curves.rst", category="Accuracy"),
         FIGURES[1],
+    conda:
+        "../envs/analysis.yaml"
     log:
         f"{RESULTS}/logs/figures.log",
     params:

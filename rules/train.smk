@@ -4,6 +4,8 @@
 rule base_model:
     output:
         f"{RESULTS}/models/{{scale}}/model.json",
+    conda:
+        "../envs/trainer.yaml"
     log:
         f"{RESULTS}/logs/base_model/{{scale}}.log",
     params:
@@ -22,6 +24,8 @@ rule train:
         eval=f"{RESULTS}/runs/{{run}}/eval.parquet",
         samples=f"{RESULTS}/runs/{{run}}/samples.parquet",
         done=f"{RESULTS}/runs/{{run}}/done.json",
+    conda:
+        "../envs/trainer.yaml"
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
     params:
