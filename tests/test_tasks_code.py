@@ -120,3 +120,41 @@ def test_bad_tests_spec_scores_zero_naming_the_problem(code_task):
     p = Problem("bad/1", "q", "not json", "", "test")
     s = code_task.score(p, "```python\nx = 1\n```")
     assert s.score == 0.0 and "bad/1" in s.error
+
+
+def run_cli(argv, capsys):
+    from trainer.tasks.cli import main
+
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, [json.loads(line) for line in out.splitlines()], err
+
+
+def test_score_cli_for_code(tmp_path, capsys, human_eval):
+    lines = [{"task_id": "HumanEval/0", "completion": human_eval[0].demonstration},
+             {"problem_id": "HumanEval/1", "completion": "nope"},
+             {"problem_id": "synthetic_functions/eval/s2/3",
+              "completion": load_problems("code", {"source": "synthetic_functions", "size": 4, "seed": 2},
+                                          "eval")[3].demonstration},
+             {"tests": {"kind": "stdio", "cases": [{"input": "1\n", "output": "2\n"}]},
+              "completion": "print(int(input()) + 1)"}]
+    f = tmp_path / "c.jsonl"
+    f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    rc, rows, _ = run_cli(["--task", "code", str(f)], capsys)
+    assert rc == 0
+    assert [r["problem_id"] for r in rows] == ["HumanEval/0", "HumanEval/1", "synthetic_functions/eval/s2/3", None]
+    assert [r["score"] for r in rows] == [1.0, 0.0, 1.0, 1.0]
+    assert set(rows[0]) == {"problem_id", "score", "parsed", "error"}
+
+
+@pytest.mark.parametrize("content,match", [
+    ('{"task_id": "HumanEval/0", "completion": "x"}\n{oops\n', ":2: not valid JSON"),
+    ('{"task_id": "HumanEval/999", "completion": "x"}\n', ":1: unknown problem id"),
+    ('{"task_id": "HumanEval/0"}\n', ":1: needs a string 'completion'"),
+    ('{"completion": "x"}\n', ":1: a code line needs"),
+])
+def test_score_cli_bad_lines_name_the_line(tmp_path, capsys, content, match):
+    f = tmp_path / "bad.jsonl"
+    f.write_text(content)
+    rc, rows, err = run_cli(["--task", "code", str(f)], capsys)
+    assert rc == 2 and rows == [] and match in err and "bad.jsonl" in err

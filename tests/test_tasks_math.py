@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -159,3 +160,18 @@ def test_demonstrations_of_offline_source_score_one(math_task):
     scores = math_task.score_batch(probs, [p.demonstration for p in probs])
     assert all(s.score == 1.0 for s in scores)
     assert all(len(p.demonstration) <= 24 for p in probs)
+
+
+def test_score_cli_for_math(tmp_path, capsys):
+    from trainer.tasks.cli import main
+
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"answer": "1/2", "completion": "\\\\boxed{0.5}"}\n\n'
+                 '{"problem_id": "p", "answer": 3, "completion": "no box"}\n')
+    assert main(["--task", "math", str(f)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [{"problem_id": None, "score": 1.0, "parsed": True, "error": None},
+                    {"problem_id": "p", "score": 0.0, "parsed": False, "error": "no \\boxed{} answer"}]
+    f.write_text('{"completion": "\\\\boxed{1}"}\n')
+    assert main(["--task", "math", str(f)]) == 2
+    assert "m.jsonl:1: a math line needs the gold 'answer'" in capsys.readouterr().err

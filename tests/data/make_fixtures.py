@@ -95,7 +95,7 @@ def deepcoder_lcbv5() -> list[dict]:
 def deepcoder_taco() -> list[dict]:
     """DeepCoder taco: tests {"inputs", "outputs", "fn_name"?}."""
     call = {"inputs": [[3], [10]], "outputs": [[6], [55]], "fn_name": "tri"}
-    stdin = {"inputs": ["2\n3 4\n", "1\n10\n"], "outputs": ["3\n4\n", "10\n"]}
+    stdin = {"inputs": ["2\n3 4\n5 6\n", "1\n10\n"], "outputs": ["3\n5\n", "10\n"]}
     return [{"problem": "Write tri(n) returning the n-th triangular number.", "tests": json.dumps(call),
              "source": "taco", "starter_code": "def tri(n):", "metadata": "{}"},
             {"problem": "Read n and then n lines; print the first number of each line.", "tests": json.dumps(stdin),

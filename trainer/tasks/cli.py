@@ -3,7 +3,7 @@
 Input lines: {"problem_id" | "task_id": ..., "completion": ...}. Code ids name packaged problems
 (HumanEval/N, or synthetic_functions/<split>/s<seed>/<index>); a code line may instead give its
 tests spec under "tests". Math lines give the gold "answer" (and optionally a problem_id, echoed).
-Output lines: {"problem_id", "score", "parsed", "error"}, scored by Task.score_batch, the same
+Output lines: {"problem_id" (null when the line gave none), "score", "parsed", "error"}, scored by Task.score_batch, the same
 code path as training rewards.
 """
 
@@ -45,7 +45,7 @@ class _Catalog:
         return self._human_eval.get(pid)
 
 
-def read_requests(task: str, stream: TextIO, name: str) -> list[tuple[str, Problem, str]]:
+def read_requests(task: str, stream: TextIO, name: str) -> list[tuple[str | None, Problem, str]]:
     """(problem_id, problem, completion) per non-blank line; InputError naming FILE:LINE."""
     catalog = _Catalog()
     out = []
@@ -81,7 +81,7 @@ def read_requests(task: str, stream: TextIO, name: str) -> list[tuple[str, Probl
                 raise InputError(f"{where}: unknown problem id {pid!r} (known: HumanEval/0..163, "
                                  "synthetic_functions/<split>/s<seed>/<index>)")
             problem = found
-        out.append((pid or problem.id, problem, completion))
+        out.append((pid, problem, completion))
     return out
 
 

@@ -173,9 +173,10 @@ def _candidate(code_fd, req_r, resp_w, libc):
         msg = recv(req_r)
         if msg is None:
             exit_(0)
+        if status:
+            send(resp_w, dumps(("err", status), 4))
+            continue
         try:
-            if status:
-                raise RuntimeError(status)
             name, args, kwargs = pickle.loads(msg)
             fn = ns.get(name)
             sol = ns.get("Solution")

@@ -185,7 +185,8 @@ def _split_rows(task: str, spec: dict[str, Any], split: str, rows: list[dict[str
     id_field = spec.get("id_field")
     fraction = float(spec.get("holdout_fraction") or 0.0)
     seed = int(spec.get("holdout_seed", 0))
-    label = spec.get("path", "local")
+    path = str(spec.get("path", ""))
+    label = path if spec["source"] == "hf" else (spec.get("name") or Path(path).name.split(".")[0])
     source = f"{spec['source']}:{label}"
     problems = []
     for i, row in enumerate(rows):
