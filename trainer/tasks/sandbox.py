@@ -40,9 +40,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fcntl
-import json
+import logging
 import math
 import os
+import pickle
 import random
 import resource
 import select
@@ -55,6 +56,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+log = logging.getLogger(__name__)
 SYSTEM_PYTHON = "/usr/bin/python3"
 UID_BASE = 0x5AFE0000  # reserved uids for sandboxed executions (no passwd entries needed)
 UID_COUNT = 64
@@ -68,7 +70,7 @@ MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x4
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 # The in-process runner, for assert tests that do not name entry points: run as
-# `python -I -c RUNNER SECRET_FD`, it reads {"token", "prelude", "code", "tests"} from the
+# `python -I -c RUNNER SECRET_FD`, it reads a pickled {"token", "prelude", "code", "tests"} from the
 # pipe to EOF and closes it before running anything, then runs prelude, candidate and tests
 # in one namespace (restoring builtins before the tests).
 RUNNER = r'''
@@ -82,8 +84,8 @@ def _main():
             break
         parts.append(b)
     os.close(fd)
-    import json, builtins
-    p = json.loads(b"".join(parts))
+    import pickle, builtins
+    p = pickle.loads(b"".join(parts))
     del parts
     write, exit_, tok = os.write, os._exit, p.pop("token").encode()
     saved = dict(builtins.__dict__)
@@ -120,7 +122,7 @@ _main()
 # the token or the tests, and its results reach T only as plain data (a pickle restricted to
 # builtin containers and scalars), so no candidate code runs in T.
 RUNNER_SPLIT = r'''
-import os, sys, io, json, pickle, struct, ctypes, builtins
+import os, sys, io, pickle, struct, ctypes, builtins
 def _read_all(fd):
     parts = []
     while True:
@@ -151,7 +153,7 @@ def _recv(fd):
         got += len(b)
     return b"".join(parts)
 def _candidate(code_fd, req_r, resp_w, libc):
-    p = json.loads(_read_all(code_fd))
+    p = pickle.loads(_read_all(code_fd))
     libc.prctl(4, 1, 0, 0, 0)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 1)
@@ -215,7 +217,7 @@ def _main():
     os.close(code_fd)
     os.close(req_r)
     os.close(resp_w)
-    p = json.loads(_read_all(secret_fd))
+    p = pickle.loads(_read_all(secret_fd))
     tok = p.pop("token").encode()
     def proxy(name):
         def call(*args, **kwargs):
@@ -383,9 +385,15 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 def _count_own_processes() -> int:
+    """How many processes (any state) this process's real uid has."""
     uid = os.getuid()
-    return sum(1 for n in os.listdir("/proc") if n.isdigit() and _proc_stat(n) is not None
-               and _proc_stat(n)[3] == uid)
+    n = 0
+    for name in os.listdir("/proc"):
+        try:
+            n += name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid
+        except OSError:
+            pass
+    return n
 
 
 class Sandbox:
@@ -427,19 +435,20 @@ class Sandbox:
             return False
         with self._probe_lock:
             if self._namespaces is None:
-                def probe() -> None:
-                    if _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
-                        os._exit(3)
-                    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-                try:
-                    r = subprocess.run(["/bin/true"], preexec_fn=probe, timeout=30,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                scratch = tempfile.mkdtemp(prefix="probe-", dir=self.base_dir)
+                try:  # the same unshare and mounts as a real execution, as root
+                    r = subprocess.run(["/bin/true"], preexec_fn=self._preexec(None, scratch, True, probe=True),
+                                       timeout=30, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     self._namespaces = r.returncode == 0
-                except (OSError, subprocess.SubprocessError):
+                except (OSError, subprocess.SubprocessError) as e:
+                    log.warning("sandbox: no mount/network namespaces here (%s); isolating by uid only", e)
                     self._namespaces = False
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
             return self._namespaces
 
-    def _preexec(self, uid: int | None, workdir: str, namespaces: bool):
+    def _preexec(self, uid: int | None, workdir: str, namespaces: bool, probe: bool = False):
+        """The function run in the child before exec: namespaces and mounts, limits, uid drop."""
         lim = self.limits
         nproc = lim.nproc if uid is not None else _count_own_processes() + lim.nproc
         rlimits = [
@@ -458,7 +467,8 @@ class Sandbox:
                     hard = min(hard, cur_hard)
                 clamped.append((res, min(soft, hard), hard))
             rlimits = clamped
-        tmpfs = f"size={lim.tmpfs_mb}m,mode=0700,uid={uid},gid={uid}"
+        owner = 0 if uid is None else uid
+        tmpfs = f"size={lim.tmpfs_mb}m,mode=0700,uid={owner},gid={owner}"
         shadowed = self.shadowed
 
         def preexec() -> None:
@@ -470,6 +480,8 @@ class Sandbox:
                 for d in shadowed:
                     _mount(workdir, d, None, MS_BIND, None)
                 os.chdir(workdir)
+            if probe:
+                return
             for res, soft, hard in rlimits:
                 resource.setrlimit(res, (soft, hard))
             if uid is not None:
@@ -538,6 +550,7 @@ class Sandbox:
                     preexec_fn=self._preexec(uid, workdir, namespaces),
                 )
             except (OSError, subprocess.SubprocessError) as e:
+                log.warning("sandbox could not start %s: %s", self.python, e)
                 return Execution(None, "", "", False, f"sandbox could not start: {e}")
             finally:
                 if inp is not None:
@@ -622,11 +635,11 @@ class Sandbox:
         token = os.urandom(16).hex()
         if entry_points:
             secret = {"token": token, "prelude": prelude, "tests": tests, "entry_points": list(entry_points)}
-            pipes = {"secret": json.dumps(secret).encode(),
-                     "code": json.dumps({"prelude": prelude, "code": code}).encode()}
+            pipes = {"secret": pickle.dumps(secret, 4),
+                     "code": pickle.dumps({"prelude": prelude, "code": code}, 4)}
             ex = self.execute(["-c", RUNNER_SPLIT, "{secret}", "{code}"], pipes=pipes)
         else:
-            payload = json.dumps({"token": token, "prelude": prelude, "code": code, "tests": tests}).encode()
+            payload = pickle.dumps({"token": token, "prelude": prelude, "code": code, "tests": tests}, 4)
             ex = self.execute(["-c", RUNNER, "{secret}"], pipes={"secret": payload})
         if ex.error:
             return Verdict(False, ex.error)

@@ -1,6 +1,6 @@
 """Offline code problems: small seeded function-synthesis tasks with hidden unit tests.
 
-The universe is a fixed, enumerated family of templates x constants (about 9k problem texts).
+The universe is a fixed, enumerated family of templates x constants (5,861 problem texts).
 Each text belongs to exactly one partition, train or eval, by a hash of the text
 (`partition_of`), so the train and eval splits are disjoint by construction whatever their
 seeds; the seed only orders (and, past the partition's size, repeats) the problems drawn.
