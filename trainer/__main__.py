@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
     p.add_argument("--base-model", required=True, help="the scale's model.json")
     p.add_argument("--run-dir", required=True)
+    p.add_argument("--restart", action="store_true", help="discard the run's checkpoints and start afresh")
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
     p = sub.add_parser("runs", help="list the run ids of a matrix")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.launch import LaunchError, launch
 
         try:
-            launch(args.run_config, args.base_model, args.run_dir)
+            launch(args.run_config, args.base_model, args.run_dir, restart=args.restart)
         except LaunchError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -35,13 +35,13 @@ class TrainJob(Checkpointable):
     The trainer checkpoints under work/ as it goes, so the requeued job resumes from there.
     """
 
-    def __call__(self, run_dir: str) -> dict[str, Any]:
+    def __call__(self, run_dir: str, restart: bool = False) -> dict[str, Any]:
         from trainer.train import run_training
 
-        return run_training(run_dir)
+        return run_training(run_dir, restart=restart)
 
-    def checkpoint(self, run_dir: str) -> DelayedSubmission:
-        return DelayedSubmission(TrainJob(), run_dir)
+    def checkpoint(self, run_dir: str, restart: bool = False) -> DelayedSubmission:
+        return DelayedSubmission(TrainJob(), run_dir)  # the requeued job resumes; it never restarts
 
 
 class LaunchError(RuntimeError):
@@ -143,7 +143,8 @@ def wait_and_stream(job: submitit.Job, poll_s: float, out=sys.stderr) -> None:
         time.sleep(poll_s)
 
 
-def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str | Path) -> dict[str, Any]:
+def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str | Path,
+           restart: bool = False) -> dict[str, Any]:
     """Submit (or re-attach to) the run's job and wait for it; return done.json's content."""
     run_dir = Path(run_dir)
     base_model = json.loads(Path(base_model_json).read_text())
@@ -157,7 +158,7 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
         print(f"[{cfg['run']}] re-attaching to SLURM job {job.job_id}", file=sys.stderr, flush=True)
     else:
         executor = make_executor(cfg, folder)
-        job = executor.submit(TrainJob(), str(run_dir))
+        job = executor.submit(TrainJob(), str(run_dir), restart)
         schema.write_json_atomic({"backend": backend, "job_id": str(job.job_id), "folder": str(folder),
                                   "run": cfg["run"], "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                                  work / "job.json")

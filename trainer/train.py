@@ -12,21 +12,29 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from trainer import schema
+from trainer.config import changed_keys
 from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.policies import Policy, PolicySet, routing_table
 from trainer.rollout import HFGenerator
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Workflow, make_workflow, score_episodes
+
+
+class ResumeError(RuntimeError):
+    """A run cannot resume from its checkpoint (the config changed)."""
 
 
 def seed_everything(seed: int) -> None:
@@ -341,9 +349,11 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         max_steps, t_start = self.t["max_steps"], time.time()
-        self.evaluate(0)
-        self.log(f"step 0/{max_steps} eval " + self._eval_summary())
-        for step in range(1, max_steps + 1):
+        start = self.resume()
+        if start == 0:
+            self.evaluate(0)
+            self.log(f"step 0/{max_steps} eval " + self._eval_summary())
+        for step in range(start + 1, max_steps + 1):
             tokens_before = self.generate.generated_tokens
             t0 = time.time()
             self.train_step(step)
@@ -354,7 +364,7 @@ class Trainer:
             elapsed = time.time() - t_start
             rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
             tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
-            left = elapsed / step * (max_steps - step)
+            left = elapsed / (step - start) * (max_steps - step)
             self.log(f"step {step}/{max_steps} reward {rewards} | eval {self._eval_summary()} | "
                      f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
         return self.publish(max_steps, time.time() - t_start)
@@ -364,16 +374,66 @@ class Trainer:
         return " ".join(f"{r['split']}={r['accuracy']:.3f}@{r['step']}" for r in last)
 
     def checkpoint(self, step: int) -> None:
-        """Policies (save_pretrained) and the logs so far, under work/checkpoints/step-N."""
-        directory = self.work / "checkpoints" / f"step-{step:06d}"
-        directory.mkdir(parents=True, exist_ok=True)
-        self.policies.save(str(directory / "policies"))
-        self.write_logs(directory)
-        kept = sorted((self.work / "checkpoints").glob("step-*"))
-        for old in kept[: -self.t["keep_last"]]:
-            import shutil
+        """Everything a resume needs, under work/checkpoints/step-N: each policy (save_pretrained
+        layout), optimizer, scheduler and RNG states, the config, and the logs so far.
 
+        Written under a temporary name and renamed, so a checkpoint is either whole or absent.
+        """
+        root = self.work / "checkpoints"
+        final = root / f"step-{step:06d}"
+        tmp = root / f".step-{step:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.policies.save(str(tmp / "policies"))
+        import numpy as np
+
+        torch.save({"step": step, "config_hash": self.cfg["config_hash"],
+                    "params": {p.name: [x.detach().cpu().clone() for x in p.params] for p in self.policies},
+                    "optimizers": {p.name: p.optimizer.state_dict() for p in self.policies},
+                    "schedulers": {p.name: p.scheduler.state_dict() for p in self.policies},
+                    "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
+                            "torch": torch.get_rng_state()}}, tmp / "state.pt")
+        schema.write_json_atomic(self.cfg, tmp / schema.CONFIG_JSON)
+        self.write_logs(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for old in sorted(root.glob("step-*"))[: -self.t["keep_last"]]:
             shutil.rmtree(old)
+
+    def resume(self) -> int:
+        """Load the newest whole checkpoint, if any; return the step it ends at (0: start afresh).
+
+        Refuses a checkpoint written under another config, naming the keys that changed.
+        """
+        ckpts = sorted((self.work / "checkpoints").glob("step-*"))
+        if not ckpts:
+            return 0
+        latest = ckpts[-1]
+        old_cfg = json.loads((latest / schema.CONFIG_JSON).read_text())
+        if old_cfg["config_hash"] != self.cfg["config_hash"]:
+            raise ResumeError(
+                f"run {self.cfg['run']}: its checkpoint {latest} was written under another config; changed: "
+                f"{', '.join(changed_keys(old_cfg, self.cfg)) or '(base model)'}. Restore the config, or restart "
+                f"the run from scratch: python -m trainer launch ... --restart")
+        state = torch.load(latest / "state.pt", weights_only=False)
+        with torch.no_grad():
+            for p in self.policies:
+                for x, saved in zip(p.params, state["params"][p.name]):
+                    x.copy_(saved)
+                p.optimizer.load_state_dict(state["optimizers"][p.name])
+                p.scheduler.load_state_dict(state["schedulers"][p.name])
+        import numpy as np
+
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        step = int(state["step"])
+        read = lambda name: pd.read_parquet(latest / name).to_dict("records")  # noqa: E731
+        self.train_rows = [r for r in read(schema.TRAIN_PARQUET) if r["step"] <= step]
+        self.eval_rows = [r for r in read(schema.EVAL_PARQUET) if r["step"] <= step]
+        self.sample_rows = [r for r in read(schema.SAMPLES_PARQUET) if r["step"] <= step]
+        self.log(f"resumed from {latest.name}")
+        return step
 
     def write_logs(self, directory: Path) -> None:
         schema.write_parquet_atomic(schema.to_table(self.train_rows, schema.TRAIN_SCHEMA), directory / schema.TRAIN_PARQUET)
@@ -392,9 +452,14 @@ class Trainer:
         return done
 
 
-def run_training(run_dir: str | Path) -> dict[str, Any]:
-    """Train the run whose config.json is in `run_dir` (what a submitit job calls)."""
+def run_training(run_dir: str | Path, restart: bool = False) -> dict[str, Any]:
+    """Train the run whose config.json is in `run_dir` (what a submitit job calls).
+
+    Resumes from the newest checkpoint under work/; `restart` discards the checkpoints first.
+    """
     run_dir = Path(run_dir)
+    if restart:
+        shutil.rmtree(run_dir / schema.WORK_DIR / "checkpoints", ignore_errors=True)
     cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
     done_path = run_dir / schema.DONE_JSON
     if done_path.exists():
