@@ -23,7 +23,7 @@ RUN = "voting-math-tiny-isolated-s0"
 def base_model(tmp_path_factory):
     config = load_yaml(ROOT / "config.yaml")
     spec = base_model_spec(config, "tiny", ["math"])
-    spec["tiny"]["warm_start_steps"] = 150
+    spec["tiny"]["warm_start_steps"] = 100
     return build_base_model(spec, tmp_path_factory.mktemp("model") / "model.json")
 
 

@@ -74,6 +74,8 @@ class PolicySet:
             for name in names[1:]:
                 self.peft.add_adapter(name, cfg)
             params = {n: [p for k, p in self.peft.named_parameters() if f".{n}." in k and "lora_" in k] for n in names}
+            for p in (p for ps in params.values() for p in ps):
+                p.requires_grad_(True)  # PEFT freezes inactive adapters; model() re-selects the active one
             self.reference = None  # the base is the adapter-disabled model
         elif self.finetune == "full":
             self.reference = copy.deepcopy(base).requires_grad_(False) if training.get("beta", 0) > 0 else None
