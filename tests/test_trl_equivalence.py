@@ -115,7 +115,7 @@ def assert_close_grads(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Te
         assert diff <= TOL * scale, f"{label} {name}: max |diff| {diff:.3e} (max |grad| {float(t.abs().max()):.3e})"
 
 
-def trl_and_ours(trainer, inputs: dict, loss_type: str, beta: float, kl_ratio_correction: bool = False):
+def trl_and_ours(trainer, inputs: dict, loss_type: str, beta: float, use_bias_correction_kl: bool):
     """TRL's `_compute_loss` and ours on the same model and tensors: (losses, grads, our TokenLoss, mask)."""
     model = trainer.model
     model.zero_grad(set_to_none=True)
@@ -130,13 +130,10 @@ def trl_and_ours(trainer, inputs: dict, loss_type: str, beta: float, kl_ratio_co
     logps, _ = per_token_logps(model, ids, attn, cmask.shape[1], TEMPERATURE)
     old = inputs["old_per_token_logps"] if inputs.get("old_per_token_logps") is not None else logps.detach()
     token = grpo_token_loss(logps, old, inputs["advantages"], EPS_LOW, EPS_HIGH, beta,
-                            inputs.get("ref_per_token_logps"))
-    per_token = token.loss
-    if kl_ratio_correction:  # TRL's use_bias_correction_kl: the KL term times the (differentiable) ratio
-        per_token = per_token + beta * token.kl * (torch.exp(logps - old) - 1)
+                            inputs.get("ref_per_token_logps"), use_bias_correction_kl)
     totals = BatchTotals(n_sequences=cmask.shape[0], n_tokens=int(inputs["num_items_in_batch"]),
                          max_completion_length=trainer.max_completion_length)
-    loss = LOSS_AGGREGATIONS[loss_type](per_token, cmask, totals)
+    loss = LOSS_AGGREGATIONS[loss_type](token.loss, cmask, totals)
     loss.backward()
     return float(loss.detach()), float(trl_loss.detach()), grads(model), trl_grads, token, cmask
 
@@ -150,44 +147,24 @@ def batches(trainer, beta: float):
     yield "on_policy", {**off, "old_per_token_logps": None}
 
 
-def check_case(trainer, loss_type: str, beta: float, kl_ratio_correction: bool = False):
+LOSS_TYPES = ["grpo", "dapo", "dr_grpo"]
+
+
+@pytest.mark.parametrize("beta, use_bias_correction_kl", [(0.0, True), (0.04, True), (0.04, False)])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_loss_and_grads_match_trl(model_dir, tokenizer, tmp_path, loss_type, beta, use_bias_correction_kl):
+    """Same loss, gradients, clip ratio and KL as TRL's GRPOTrainer, off- and on-policy."""
+    trainer = make_trainer(model_dir, tokenizer, tmp_path, loss_type, beta, batch_size=4,
+                           use_bias_correction_kl=use_bias_correction_kl)
     for name, inputs in batches(trainer, beta):
         ours, theirs, our_grads, trl_grads, token, cmask = trl_and_ours(
-            trainer, inputs, loss_type, beta, kl_ratio_correction)
+            trainer, inputs, loss_type, beta, use_bias_correction_kl)
         assert abs(ours - theirs) <= TOL, (name, ours, theirs)
         assert_close_grads(our_grads, trl_grads, name)
         if name == "old_logps":  # our clip statistic is TRL's clip_ratio/region_mean
             ours_clip = float((token.clipped.float() * cmask).sum() / cmask.sum())
             assert ours_clip > 0
             assert ours_clip == pytest.approx(trainer._metrics["train"]["clip_ratio/region_mean"][-1], abs=1e-6)
-        if beta and not kl_ratio_correction:
-            ours_kl = float((token.kl * cmask).sum() / cmask.sum())
+        if beta:
+            ours_kl = float((token.kl.detach() * cmask).sum() / cmask.sum())
             assert ours_kl == pytest.approx(trainer._metrics["train"]["kl"][-1], rel=1e-5, abs=1e-6)
-
-
-LOSS_TYPES = ["grpo", "dapo", "dr_grpo"]
-
-
-@pytest.mark.parametrize("beta", [0.0, 0.04])
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_loss_and_grads_match_trl(model_dir, tokenizer, tmp_path, loss_type, beta):
-    """Same loss and gradients as TRL, whose KL (beta > 0) is the plain k3 estimator, not ratio-weighted."""
-    trainer = make_trainer(model_dir, tokenizer, tmp_path, loss_type, beta, batch_size=4,
-                           use_bias_correction_kl=False)
-    check_case(trainer, loss_type, beta)
-
-
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_trl_default_kl_is_ratio_weighted(model_dir, tokenizer, tmp_path, loss_type):
-    """TRL's default (use_bias_correction_kl=True) multiplies the KL by exp(logp - old_logp), which changes the
-    KL gradient even on-policy; grpo_token_loss plus that one factor reproduces it."""
-    trainer = make_trainer(model_dir, tokenizer, tmp_path, loss_type, 0.04, batch_size=4)
-    assert trainer.args.use_bias_correction_kl
-    check_case(trainer, loss_type, 0.04, kl_ratio_correction=True)
-
-
-@pytest.mark.xfail(strict=True, reason="grpo_token_loss has no KL ratio weighting (TRL's use_bias_correction_kl, "
-                                       "on by default in TRL 1.16): gradients differ when beta > 0")
-def test_trl_default_kl_matches_our_plain_kl(model_dir, tokenizer, tmp_path):
-    trainer = make_trainer(model_dir, tokenizer, tmp_path, "dapo", 0.04, batch_size=4)
-    check_case(trainer, "dapo", 0.04)

@@ -37,8 +37,12 @@ class TokenLoss:
 
 def grpo_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
                     epsilon_low: float, epsilon_high: float, beta: float = 0.0,
-                    ref_logps: torch.Tensor | None = None) -> TokenLoss:
-    """TRL's token-level clipped surrogate `-min(r A, clip(r) A)` plus `beta * KL(k3)`."""
+                    ref_logps: torch.Tensor | None = None, use_bias_correction_kl: bool = True) -> TokenLoss:
+    """TRL's token-level clipped surrogate `-min(r A, clip(r) A)` plus `beta * KL(k3)`.
+
+    With `use_bias_correction_kl` (TRL's default) the KL is weighted by the importance ratio r,
+    kept in the graph: on-policy r = 1, but its gradient still reaches the KL term.
+    """
     advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     coef_1 = torch.exp(logps - old_logps)
     coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)
@@ -49,6 +53,8 @@ def grpo_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: to
         if ref_logps is None:
             raise ValueError("beta > 0 needs reference log-probs")
         kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
+        if use_bias_correction_kl:
+            kl = kl * coef_1
         loss = loss + beta * kl
     clipped = ((coef_1 < 1 - epsilon_low) & (advantages < 0)) | ((coef_1 > 1 + epsilon_high) & (advantages > 0))
     return TokenLoss(loss=loss, kl=kl, clipped=clipped)

@@ -263,7 +263,8 @@ class Trainer:
                         ref = self._logps(ref_model, batch)[0]
                     self.policies.model(policy.name)
                 adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=self.device)
-                token = grpo_token_loss(logps, old, adv, eps_low, eps_high, beta, ref)
+                token = grpo_token_loss(logps, old, adv, eps_low, eps_high, beta, ref,
+                                        self.t.get("use_bias_correction_kl", True))
                 loss = LOSS_AGGREGATIONS[self.t["loss_type"]](token.loss, cmask, totals)
                 finite &= bool(torch.isfinite(loss))
                 loss.backward()
