@@ -29,7 +29,7 @@ def workdir(tmp_path: Path) -> Path:
     """A copy of the workflow (Snakefile, rules, config, profiles) in a temporary directory."""
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for name in ("rules", "profiles"):
+    for name in ("rules", "profiles", "envs"):
         shutil.copytree(ROOT / name, tmp_path / name)
     # the packages, importable from the copy as from the repository
     (tmp_path / "trainer").symlink_to(ROOT / "trainer")

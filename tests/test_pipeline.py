@@ -42,7 +42,7 @@ def pipeline_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("pipeline")
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles"):
+    for name in ("rules", "profiles", "envs"):
         shutil.copytree(ROOT / name, d / name)
     return d
 
