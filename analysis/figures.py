@@ -51,6 +51,7 @@ def accuracy_curves(summary: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
             cell = curves[(curves["workflow"] == wf) & (curves["task"] == task)] if len(curves) else curves
             if not len(cell):
                 ax.text(0.5, 0.5, "missing", transform=ax.transAxes, ha="center", va="center", color="0.5")
+                ax.set_title(f"{WORKFLOW_NAMES.get(wf, wf)} / {task}", fontsize=9)
             else:
                 split = sorted(cell["split"].unique())[0]  # the task's first eval split
                 cell = cell[cell["split"] == split]

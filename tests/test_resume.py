@@ -80,3 +80,43 @@ def test_changed_config_refuses_to_resume_naming_the_key(tmp_path, base_model):
         run_training(run_dir)
     run_training(run_dir, restart=True)
     assert json.loads((run_dir / "done.json").read_text())["steps_done"] == 4
+
+
+@pytest.mark.slow
+def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model, monkeypatch):
+    import trainer.train as train_module
+    from trainer.grpo import LOSS_AGGREGATIONS
+
+    real = LOSS_AGGREGATIONS["dapo"]
+    poisoned = {"on": False}
+
+    def nan_when_poisoned(per_token, mask, totals):
+        loss = real(per_token, mask, totals)
+        return loss * float("nan") if poisoned["on"] else loss
+
+    real_step = train_module.Trainer.train_step
+
+    def step(self, s):
+        poisoned["on"] = s in self.t.get("poison_steps", [])
+        return real_step(self, s)
+
+    monkeypatch.setitem(LOSS_AGGREGATIONS, "dapo", nan_when_poisoned)
+    monkeypatch.setattr(train_module.Trainer, "train_step", step)
+    run_dir = tmp_path / "nan"
+    cfg = run_config(max_skipped=1)
+    cfg["training"]["poison_steps"] = [2]
+    write_run_config(cfg, base_model, run_dir)
+    run_training(run_dir)
+    train = pd.read_parquet(run_dir / "train.parquet")
+    assert sorted(train[train["skipped"]]["step"].unique()) == [2]
+    clean = tmp_path / "clean"
+    write_run_config(run_config(max_skipped=1), base_model, clean)
+    run_training(clean)
+    before = pd.read_parquet(clean / "train.parquet")
+    assert train[train["step"] == 1]["loss"].tolist() == before[before["step"] == 1]["loss"].tolist()
+
+    cfg["training"]["poison_steps"] = [1, 3]
+    write_run_config(cfg, base_model, tmp_path / "fail")
+    with pytest.raises(train_module.TrainingError, match=r"2 steps skipped .*max_skipped = 1.*\[1, 3\]"):
+        run_training(tmp_path / "fail")
+    assert not (tmp_path / "fail" / "done.json").exists()

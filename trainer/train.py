@@ -37,6 +37,10 @@ class ResumeError(RuntimeError):
     """A run cannot resume from its checkpoint (the config changed)."""
 
 
+class TrainingError(RuntimeError):
+    """A run that cannot go on (e.g. too many steps with a non-finite loss or gradient)."""
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (CPU runs are then deterministic)."""
     import numpy as np
@@ -358,6 +362,7 @@ class Trainer:
             tokens_before = self.generate.generated_tokens
             t0 = time.time()
             self.train_step(step)
+            self.check_skipped(step)
             if step % self.t["eval_every"] == 0 or step == max_steps:
                 self.evaluate(step)
             if step % self.t["save_every"] == 0 or step == max_steps:
@@ -369,6 +374,16 @@ class Trainer:
             self.log(f"step {step}/{max_steps} reward {rewards} | eval {self._eval_summary()} | "
                      f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
         return self.publish(max_steps, time.time() - t_start)
+
+    def check_skipped(self, step: int) -> None:
+        """Log a skipped update; fail once more than `max_skipped` steps were skipped."""
+        skipped = sorted({r["step"] for r in self.train_rows if r["skipped"]})
+        if skipped and skipped[-1] == step:
+            self.log(f"step {step}: non-finite loss or gradient, update skipped ({len(skipped)} so far)")
+        limit = self.t.get("max_skipped", 10)
+        if len(skipped) > limit:
+            raise TrainingError(f"run {self.cfg['run']}: {len(skipped)} steps skipped for a non-finite loss or "
+                                f"gradient (training.max_skipped = {limit}), at steps {skipped}")
 
     def _eval_summary(self) -> str:
         last = self.eval_rows[-len(self.eval_splits):]
