@@ -95,3 +95,22 @@ def test_hash_ignores_where_a_run_runs(config):
     b = resolve_run_config(other, run)
     assert config_hash(a) != config_hash(b)
     assert changed_keys(a, b) == ["training.beta"]
+
+
+def test_hash_covers_the_base_model_but_not_its_build_time(config):
+    rc = resolve_run_config(config, RunId("voting", "math", "tiny", "shared", 0))
+    built = {"path": "m", "fingerprint": "abc", "warm_start": {"steps": 400, "final_loss": 0.3}}
+    a = {**rc, "base_model": {**built, "build_time_s": 10.0}}
+    b = {**rc, "base_model": {**built, "build_time_s": 99.0}}
+    assert config_hash(a) == config_hash(b)
+    c = {**rc, "base_model": {**built, "fingerprint": "def", "build_time_s": 10.0}}
+    assert changed_keys(a, c) == ["base_model.fingerprint"]
+
+
+def test_base_model_does_not_depend_on_the_training_schedule(config):
+    from trainer.config import base_model_spec
+
+    before = base_model_spec(config, "tiny", ["math", "code"])
+    config["training"]["beta"] = 0.1
+    config["overrides"][-1]["training"]["max_steps"] = 99
+    assert base_model_spec(config, "tiny", ["math", "code"]) == before

@@ -122,8 +122,7 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
             log(f"warm start {step + 1}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     model.eval()
     tail = losses[-20:] or [float("nan")]
-    return {"steps": steps, "final_loss": sum(tail) / len(tail), "time_s": time.time() - t0,
-            "n_examples": len(examples)}
+    return {"steps": steps, "final_loss": sum(tail) / len(tail), "n_examples": len(examples)}
 
 
 def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
@@ -145,13 +144,15 @@ def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
     tokenizer = build_tokenizer(texts, arch["vocab_size"])
     model = build_tiny_model(tokenizer, arch, seed)
     log(f"tokenizer {len(tokenizer)} tokens; model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+    t0 = time.time()
     stats = warm_start(model, tokenizer, pairs, arch, seed, log)
     model_dir = out.parent / "model"
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     weights = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()[:16]
     info = {"scale": spec["scale"], "model": "tiny", "path": str(model_dir), "dtype": spec["dtype"],
-            "fingerprint": weights, "vocab_size": len(tokenizer), "warm_start": stats}
+            "fingerprint": weights, "vocab_size": len(tokenizer), "warm_start": stats,
+            "build_time_s": time.time() - t0}
     write_json_atomic(info, out)
     log(f"wrote {out}: {json.dumps(stats)}")
     return info

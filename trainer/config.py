@@ -19,6 +19,9 @@ HASHED_KEYS = ("run", "workflow", "task", "scale", "policy", "seed", "model", "w
                "task_params", "training", "base_model")
 
 
+UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ between identical builds
+
+
 class ConfigError(ValueError):
     """A config that cannot be run; the message names the key."""
 
@@ -168,8 +171,11 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
 
 
 def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a run config that decides its results (not where it runs)."""
-    return {k: run_config.get(k) for k in HASHED_KEYS}
+    """The part of a run config that decides its results (not where it runs, nor how long a build took)."""
+    view = {k: run_config.get(k) for k in HASHED_KEYS}
+    if isinstance(view["base_model"], dict):
+        view["base_model"] = {k: v for k, v in view["base_model"].items() if k not in UNHASHED_BASE_MODEL_KEYS}
+    return view
 
 
 def config_hash(run_config: dict[str, Any]) -> str:
@@ -195,7 +201,7 @@ def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dic
     if entry["model"] == "tiny":
         for task in tasks:
             rc = resolve_run_config(config, RunId("single", task, scale, "shared", 0))
-            spec["tasks"][task] = {"task_params": rc["task_params"], "training": rc["training"],
+            spec["tasks"][task] = {"task_params": rc["task_params"],
                                    "workflows": {w: resolve_run_config(config, RunId(w, task, scale, "shared", 0))
                                                  ["workflow_params"] for w in config["workflows"]}}
     return spec

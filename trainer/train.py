@@ -429,8 +429,8 @@ class Trainer:
         if old_cfg["config_hash"] != self.cfg["config_hash"]:
             raise ResumeError(
                 f"run {self.cfg['run']}: its checkpoint {latest} was written under another config; changed: "
-                f"{', '.join(changed_keys(old_cfg, self.cfg)) or '(base model)'}. Restore the config, or restart "
-                f"the run from scratch: python -m trainer launch ... --restart")
+                f"{', '.join(changed_keys(old_cfg, self.cfg)) or '(base model)'}. Restore the config, or start the "
+                f"run afresh: delete {self.work / 'checkpoints'} (or `python -m trainer launch ... --restart`)")
         state = torch.load(latest / "state.pt", weights_only=False)
         with torch.no_grad():
             for p in self.policies:
