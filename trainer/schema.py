@@ -20,6 +20,11 @@ EVAL_PARQUET = "eval.parquet"
 SAMPLES_PARQUET = "samples.parquet"
 DONE_JSON = "done.json"
 WORK_DIR = "work"
+# Under work/ (not read by analysis): the trainer's progress and last failure, for `trainer status`,
+# and the lock a training process holds.
+PROGRESS_JSON = "progress.json"
+FAILURE_JSON = "failure.json"
+TRAIN_LOCK = "train.lock"
 
 # One row per (step, role). grad_* are this role's contribution to its policy's gradient, pre-clip.
 TRAIN_SCHEMA = pa.schema([

@@ -10,16 +10,20 @@ publishes train/eval/samples parquet and done.json atomically.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import random
 import shutil
+import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 import torch
@@ -39,6 +43,14 @@ class ResumeError(RuntimeError):
 
 class TrainingError(RuntimeError):
     """A run that cannot go on (e.g. too many steps with a non-finite loss or gradient)."""
+
+
+def pause_for_tests(point: str) -> None:
+    """TEST HOOK, off unless set: sleep TRAINER_TEST_PAUSE_S seconds at each `point` named in
+    TRAINER_TEST_PAUSE_AT (comma list of checkpoint, publish, step), so that a test can kill the
+    process inside that window (e.g. while a checkpoint is half-written)."""
+    if point in os.environ.get("TRAINER_TEST_PAUSE_AT", "").split(","):
+        time.sleep(float(os.environ.get("TRAINER_TEST_PAUSE_S", "1")))
 
 
 def seed_everything(seed: int) -> None:
@@ -352,9 +364,15 @@ class Trainer:
                         "final_answer": self.task.extract_answer(ep.final_text) or "", "correct": ep.correct})
 
     # -- the loop ---------------------------------------------------------------------------
-    def fit(self) -> dict[str, Any]:
+    def fit(self, stop: threading.Event | None = None) -> dict[str, Any] | None:
+        """Resume or start, train to max_steps, publish; return done.json's content.
+
+        When `stop` is set (the job was signalled: SLURM timeout or preemption), the loop
+        checkpoints at the end of the current step and returns None; the requeued job resumes there.
+        """
         max_steps, t_start = self.t["max_steps"], time.time()
         start = self.resume()
+        self.write_progress(start, "started")
         if start == 0:
             self.evaluate(0)
             self.log(f"step 0/{max_steps} eval " + self._eval_summary())
@@ -362,11 +380,17 @@ class Trainer:
             tokens_before = self.generate.generated_tokens
             t0 = time.time()
             self.train_step(step)
+            pause_for_tests("step")
             self.check_skipped(step)
             if step % self.t["eval_every"] == 0 or step == max_steps:
                 self.evaluate(step)
-            if step % self.t["save_every"] == 0 or step == max_steps:
+            stopping = stop is not None and stop.is_set() and step < max_steps
+            if step % self.t["save_every"] == 0 or step == max_steps or stopping:
                 self.checkpoint(step)
+            self.write_progress(step, "training")
+            if stopping:
+                self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
+                return None
             elapsed = time.time() - t_start
             rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
             tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
@@ -401,12 +425,14 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         self.policies.save(str(tmp / "policies"))
+        pause_for_tests("checkpoint")
         import numpy as np
 
         torch.save({"step": step, "config_hash": self.cfg["config_hash"],
                     "params": {p.name: [x.detach().cpu().clone() for x in p.params] for p in self.policies},
                     "optimizers": {p.name: p.optimizer.state_dict() for p in self.policies},
                     "schedulers": {p.name: p.scheduler.state_dict() for p in self.policies},
+                    "sampler": self.sampler_state(step),
                     "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
                             "torch": torch.get_rng_state()}}, tmp / "state.pt")
         schema.write_json_atomic(self.cfg, tmp / schema.CONFIG_JSON)
@@ -414,14 +440,39 @@ class Trainer:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in sorted(root.glob("step-*"))[: -self.t["keep_last"]]:
-            shutil.rmtree(old)
+            # renamed first, so a kill during the delete never leaves a partial step-* behind
+            doomed = root / f".{old.name}.deleting"
+            os.replace(old, doomed)
+            shutil.rmtree(doomed)
+
+    def sampler_state(self, step: int) -> dict[str, int]:
+        """Where the data sampler stands after `step`: the next prompt's position in the epoch order.
+
+        The order of each epoch is a seeded permutation (prompts_for_step), so this position
+        is all a resume needs; it is stored to check that it agrees with the config.
+        """
+        position = step * self.t["prompts_per_step"]
+        epoch, index = divmod(position, len(self.train_problems))
+        return {"next_step": step + 1, "position": position, "epoch": epoch, "index": index,
+                "n_problems": len(self.train_problems)}
+
+    def write_progress(self, step: int, phase: str) -> None:
+        """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
+        schema.write_json_atomic({"run": self.cfg["run"], "step": step, "max_steps": self.t["max_steps"],
+                                  "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
+                                  "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+                                 self.work / schema.PROGRESS_JSON)
 
     def resume(self) -> int:
         """Load the newest whole checkpoint, if any; return the step it ends at (0: start afresh).
 
         Refuses a checkpoint written under another config, naming the keys that changed.
         """
-        ckpts = sorted((self.work / "checkpoints").glob("step-*"))
+        root = self.work / "checkpoints"
+        for stale in root.glob(".step-*"):  # a checkpoint write or delete that was killed
+            self.log(f"removing incomplete checkpoint {stale}")
+            shutil.rmtree(stale)
+        ckpts = sorted(root.glob("step-*"))
         if not ckpts:
             return 0
         latest = ckpts[-1]
@@ -444,6 +495,10 @@ class Trainer:
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
         step = int(state["step"])
+        if state.get("sampler") not in (None, self.sampler_state(step)):
+            raise ResumeError(f"run {self.cfg['run']}: {latest / 'state.pt'}: sampler position "
+                              f"{state['sampler']} does not match training.prompts_per_step and the train data "
+                              f"({self.sampler_state(step)}); restart the run")
         read = lambda name: pd.read_parquet(latest / name).to_dict("records")  # noqa: E731
         self.train_rows = [r for r in read(schema.TRAIN_PARQUET) if r["step"] <= step]
         self.eval_rows = [r for r in read(schema.EVAL_PARQUET) if r["step"] <= step]
@@ -460,26 +515,90 @@ class Trainer:
     def publish(self, steps_done: int, wall_time_s: float) -> dict[str, Any]:
         """The run's logs into its directory, each atomically, and done.json last."""
         self.write_logs(self.run_dir)
+        pause_for_tests("publish")
         done = {"run": self.cfg["run"], "steps_done": steps_done, "steps_expected": self.t["max_steps"],
                 "config_hash": self.cfg["config_hash"], "wall_time_s": wall_time_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         schema.write_json_atomic(done, self.run_dir / schema.DONE_JSON)
+        self.write_progress(steps_done, "done")
         self.log(f"done: {self.run_dir}")
         return done
 
 
-def run_training(run_dir: str | Path, restart: bool = False) -> dict[str, Any]:
+def run_training(run_dir: str | Path, restart: bool = False,
+                 stop: threading.Event | None = None) -> dict[str, Any] | None:
     """Train the run whose config.json is in `run_dir` (what a submitit job calls).
 
     Resumes from the newest checkpoint under work/; `restart` discards the checkpoints first.
+    Holds work/train.lock while training, so a second process on the same run fails at once
+    instead of writing the same checkpoints. An error is also written to work/failure.json (for
+    `status`). Returns done.json's content, or None when `stop` ended the run early.
     """
     run_dir = Path(run_dir)
-    if restart:
-        shutil.rmtree(run_dir / schema.WORK_DIR / "checkpoints", ignore_errors=True)
-    cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
-    done_path = run_dir / schema.DONE_JSON
-    if done_path.exists():
-        done = json.loads(done_path.read_text())
-        if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
-            return done
-    return Trainer(cfg, run_dir).fit()
+    work = run_dir / schema.WORK_DIR
+    work.mkdir(parents=True, exist_ok=True)
+    with hold_run_lock(work):
+        remove_stale_temporaries(run_dir)
+        if restart:
+            shutil.rmtree(work / "checkpoints", ignore_errors=True)
+        (work / schema.FAILURE_JSON).unlink(missing_ok=True)
+        cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
+        done_path = run_dir / schema.DONE_JSON
+        if done_path.exists():
+            done = json.loads(done_path.read_text())
+            if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
+                return done
+        try:
+            return Trainer(cfg, run_dir).fit(stop)
+        except Exception as e:
+            write_failure(work, cfg["run"], e)
+            raise
+
+
+class RunBusyError(RuntimeError):
+    """Another process is training this run right now."""
+
+
+@contextlib.contextmanager
+def hold_run_lock(work: Path) -> Iterator[None]:
+    """An exclusive flock on work/train.lock for the duration of a `with` block.
+
+    The kernel drops it when the holder dies (SIGKILL included), so it never goes stale.
+    """
+    with open(work / schema.TRAIN_LOCK, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise RunBusyError(f"{work / schema.TRAIN_LOCK}: another process trains this run ({f.read().strip()}); "
+                               f"wait for it or stop it") from None
+        f.truncate(0)
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        f.flush()
+        yield
+
+
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """Delete the temporary files of atomic writes (`.NAME.tmp-PID`) that a killed process left in
+    the run directory; a live process's (e.g. the launcher's, on this host) is left alone."""
+    for stale in [*run_dir.glob(".*.tmp-*"), *(run_dir / schema.WORK_DIR).glob(".*.tmp-*")]:
+        pid = stale.name.rsplit("-", 1)[-1]
+        if not (pid.isdigit() and _pid_alive(int(pid))):
+            stale.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid != os.getpid()
+
+
+def write_failure(work: Path, run: str, error: BaseException) -> None:
+    """work/failure.json: the error that ended this attempt, one line first (read by `status`)."""
+    line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    schema.write_json_atomic({"run": run, "error": line, "message": str(error)[-4000:], "host": socket.gethostname(),
+                              "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / schema.FAILURE_JSON)
