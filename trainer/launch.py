@@ -1,63 +1,155 @@
 """Submit one run with submitit and wait for it: `slurm` on a cluster, `local` or `debug` elsewhere.
 
     python -m trainer launch --run-config JSON --base-model results/models/tiny/model.json \
-        --run-dir results/runs/voting-math-tiny-shared-s0
+        --run-dir results/runs/voting-math-tiny-shared-s0 [--restart]
 
 writes the run's config.json (with its hash), submits the training job (its folder under the
 run's work/), records the job in work/job.json, streams the job's log, and exits non-zero with
-the job's error and the tail of its log if it fails. A rerun re-attaches to a SLURM job of the
-same run that is still queued or running instead of submitting a second one.
+the job's error and the tail of its log if it fails.
+
+What survives what:
+- the launcher killed and rerun while its job lives: the rerun re-attaches (work/job.json, or
+  squeue by the job's comment, which names the run directory) instead of submitting a second job;
+  work/launch.lock makes find-or-submit one step, so two launchers never both submit;
+- the job's SLURM time limit or a preemption: the job is `Checkpointable`; on submitit's signal it
+  checkpoints at the end of the current step and requeues itself; the launcher keeps waiting;
+- the job dead (scancel, node lost): a rerun submits a new job, which resumes from the newest
+  checkpoint;
+- a changed config: refused before anything is submitted, naming the changed keys, unless
+  --restart (which discards only state written under another config).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from trainer import schema
-from trainer.config import config_hash
+from trainer.config import changed_keys, config_hash
 
 LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
                      "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
 VANISHED_GRACE_S = 60  # a job gone from squeue without a result file is failed after this long
-
-
-class TrainJob(Checkpointable):
-    """The training job; on SLURM timeout or preemption submitit calls checkpoint() and requeues it.
-
-    The trainer checkpoints under work/ as it goes, so the requeued job resumes from there.
-    """
-
-    def __call__(self, run_dir: str, restart: bool = False) -> dict[str, Any]:
-        from trainer.train import run_training
-
-        return run_training(run_dir, restart=restart)
-
-    def checkpoint(self, run_dir: str, restart: bool = False) -> DelayedSubmission:
-        return DelayedSubmission(TrainJob(), run_dir)  # the requeued job resumes; it never restarts
+ENDED_GRACE_S = 20     # ... and one squeue shows ended (CANCELLED, FAILED, ...) after this long
+JOB_JSON = "job.json"
+LAUNCH_LOCK = "launch.lock"
+RESTART_HINT = ("to start it afresh: `python -m trainer launch ... --restart`, or with Snakemake "
+                "`snakemake --config restart=RUN` (restart=all for every run that reruns)")
 
 
 class LaunchError(RuntimeError):
     """A run's job failed or could not be submitted; the message says which and why."""
 
 
-def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """config.json: the resolved run config, the base model it starts from, and the content hash."""
+class TrainJob(Checkpointable):
+    """The training job; on SLURM timeout or preemption submitit calls checkpoint() and requeues it.
+
+    Training runs in a worker thread so that the main thread, where submitit's signal handler
+    runs, can ask it to stop at the end of its step and save (a handler that saved from inside a
+    half-done step would save an inconsistent state), then let submitit requeue the job.
+    """
+
+    def __call__(self, run_dir: str, restart: bool = False) -> dict[str, Any] | None:
+        # `restart` is accepted only for jobs pickled by an older launcher: restarts happen in the
+        # launcher, before submission, so that a requeue (which reruns this pickle) never restarts.
+        from trainer.train import run_training
+
+        self._stop = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["result"] = run_training(run_dir, stop=self._stop)
+            except BaseException as e:  # handed to the main thread, which raises it
+                outcome["error"] = e
+
+        self._thread = threading.Thread(target=work, name="train", daemon=True)
+        self._thread.start()
+        while self._thread.is_alive():
+            self._thread.join(timeout=1.0)  # short waits: the main thread must reach signal handlers
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome.get("result")
+
+    def checkpoint(self, run_dir: str, restart: bool = False) -> DelayedSubmission:
+        """Stop training at the end of the current step (which checkpoints), then requeue.
+
+        Waits at most half of launcher.signal_delay_s: SLURM kills the job soon after the requeue,
+        and a checkpoint cut short is discarded whole (the previous one is used).
+        """
+        thread = getattr(self, "_thread", None)
+        if thread is not None and thread.is_alive():
+            self._stop.set()
+            cfg = json.loads((Path(run_dir) / schema.CONFIG_JSON).read_text())
+            grace = max(1.0, float(cfg["launcher"].get("signal_delay_s", 120)) / 2)
+            print(f"[{cfg['run']}] signalled: stopping at the end of the step (waiting up to {grace:.0f}s)",
+                  file=sys.stderr, flush=True)
+            thread.join(timeout=grace)
+        return DelayedSubmission(TrainJob(), run_dir)  # the requeued job resumes; it never restarts
+
+
+def resolve_run_config(run_config: dict[str, Any], base_model: dict[str, Any]) -> dict[str, Any]:
+    """The run config with the base model it starts from and the content hash (what config.json holds)."""
     cfg = {**run_config, "base_model": base_model}
     cfg["config_hash"] = config_hash(cfg)
+    return cfg
+
+
+def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """config.json: the resolved run config, the base model it starts from, and the content hash."""
+    cfg = resolve_run_config(run_config, base_model)
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     schema.write_json_atomic(cfg, run_dir / schema.CONFIG_JSON)
     return cfg
 
 
-def make_executor(cfg: dict[str, Any], folder: Path) -> submitit.Executor:
+def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint under work/ and the run config it was written under, if any."""
+    ckpts = sorted((work / "checkpoints").glob("step-*"))
+    if not ckpts:
+        return None
+    return ckpts[-1], json.loads((ckpts[-1] / schema.CONFIG_JSON).read_text())
+
+
+def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
+    """Why the run cannot resume under `cfg` (its checkpoint has another config hash), or None."""
+    found = checkpoint_config(work)
+    if found is None or found[1]["config_hash"] == cfg["config_hash"]:
+        return None
+    path, old = found
+    keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
+    return f"its checkpoint {path} was written under another config; changed: {keys}"
+
+
+def discard_run_state(run_dir: Path) -> None:
+    """Delete what a run computed (checkpoints, progress, failure, published logs); keep the job records."""
+    work = run_dir / schema.WORK_DIR
+    shutil.rmtree(work / "checkpoints", ignore_errors=True)
+    for path in (work / schema.PROGRESS_JSON, work / schema.FAILURE_JSON, run_dir / schema.DONE_JSON,
+                 run_dir / schema.TRAIN_PARQUET, run_dir / schema.EVAL_PARQUET, run_dir / schema.SAMPLES_PARQUET):
+        path.unlink(missing_ok=True)
+
+
+def job_tag(run: str, run_dir: Path) -> str:
+    """The SLURM comment of the run's jobs: the run id and a hash of its absolute directory, so that
+    two checkouts with the same run id never adopt each other's jobs."""
+    return f"{run}@{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]}"
+
+
+def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> submitit.Executor:
     """The submitit executor of the run's backend, with the run's resources."""
     launcher, res = cfg["launcher"], cfg["resources"]
     backend = launcher["backend"]
@@ -70,40 +162,76 @@ def make_executor(cfg: dict[str, Any], folder: Path) -> submitit.Executor:
     if backend == "slurm":
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=launcher.get("max_num_timeout", 3))
         params: dict[str, Any] = {"job_name": cfg["run"], "time": res["time_min"], "cpus_per_task": res["cpus"],
-                                  "mem": f"{int(res['mem_gb'] * 1024)}M", "ntasks_per_node": 1, "nodes": 1}
+                                  "mem": f"{int(res['mem_gb'] * 1024)}M", "ntasks_per_node": 1, "nodes": 1,
+                                  "signal_delay_s": int(launcher.get("signal_delay_s", 120))}
+        if tag:
+            params["comment"] = tag
         if res.get("gpus"):
             params["gpus_per_node"] = res["gpus"]
         for key in ("partition", "account", "qos"):
             if launcher.get(key):
                 params[key] = launcher[key]
-        if launcher.get("sbatch_extra"):
-            params["additional_parameters"] = dict(launcher["sbatch_extra"])
+        extra = dict(launcher.get("sbatch_extra") or {})
+        if "comment" in extra:
+            raise LaunchError(f"run {cfg['run']}: launcher.sbatch_extra.comment: the launcher sets the job comment "
+                              f"itself (it finds a run's live job by it); remove the key")
+        if extra:
+            params["additional_parameters"] = extra
         ex.update_parameters(**params)
         return ex
     raise LaunchError(f"launcher.backend: unknown backend {backend!r} (local, debug or slurm)")
 
 
 def slurm_state(job_id: str) -> str | None:
-    """The job's state from squeue, or None once SLURM no longer lists it as active.
+    """The job's state from squeue (ended jobs too, while SLURM keeps them), or None once it is not listed.
 
     squeue rather than submitit's watcher: that one asks sacct, which clusters without
     accounting storage do not have.
     """
-    proc = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True)
+    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], capture_output=True,
+                          text=True)
     states = proc.stdout.split()
     return states[0].upper() if proc.returncode == 0 and states else None
 
 
-def live_slurm_job(work: Path) -> submitit.Job | None:
-    """The SLURM job recorded in work/job.json if it is still queued or running."""
-    path = work / "job.json"
-    if not path.exists():
-        return None
-    rec = json.loads(path.read_text())
-    if rec.get("backend") != "slurm":
-        return None
-    job = submitit.SlurmJob(folder=rec["folder"], job_id=rec["job_id"])
-    return job if slurm_state(job.job_id) in LIVE_SLURM_STATES else None
+def slurm_jobs_tagged(tag: str) -> list[str]:
+    """Ids of live SLURM jobs whose comment is `tag` (a job submitted just before a launcher died,
+    before it could record the job in job.json)."""
+    proc = subprocess.run(["squeue", "-h", "-o", "%i|%T|%k"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LaunchError(f"squeue failed ({proc.returncode}): {proc.stderr.strip()}")
+    rows = [line.split("|", 2) for line in proc.stdout.splitlines() if line.count("|") >= 2]
+    return [job_id for job_id, state, comment in rows if comment == tag and state.upper() in LIVE_SLURM_STATES]
+
+
+def read_job_record(work: Path) -> dict[str, Any] | None:
+    """work/job.json: the run's last submitted job, or None."""
+    path = work / JOB_JSON
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def live_slurm_job(work: Path, tag: str | None = None) -> tuple[submitit.SlurmJob, dict[str, Any]] | None:
+    """The run's SLURM job that is still queued or running, with its record: the one in work/job.json,
+    else one that squeue lists under the run's tag."""
+    rec = read_job_record(work)
+    if rec is not None and rec.get("backend") == "slurm" and slurm_state(rec["job_id"]) in LIVE_SLURM_STATES:
+        return submitit.SlurmJob(folder=rec["folder"], job_id=rec["job_id"]), rec
+    tagged = slurm_jobs_tagged(tag) if tag else []
+    if tagged:
+        folder = str(work / "submitit")
+        return submitit.SlurmJob(folder=folder, job_id=tagged[0]), {"backend": "slurm", "job_id": tagged[0],
+                                                                    "folder": folder}
+    return None
+
+
+def cancel_slurm_job(job_id: str, timeout_s: float = 120) -> None:
+    """scancel a job and wait until SLURM no longer lists it as live."""
+    subprocess.run(["scancel", str(job_id)], check=True, capture_output=True)
+    deadline = time.time() + timeout_s
+    while slurm_state(job_id) in LIVE_SLURM_STATES:
+        if time.time() > deadline:
+            raise LaunchError(f"SLURM job {job_id} still live {timeout_s:.0f}s after scancel")
+        time.sleep(1)
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -116,19 +244,25 @@ def log_tail(path: Path, lines: int = 40) -> str:
 def wait_and_stream(job: submitit.Job, poll_s: float, out=sys.stderr) -> None:
     """Block until the job ends, copying new lines of its stderr log (the trainer's progress) to `out`.
 
-    Raises LaunchError if a SLURM job leaves the queue without writing a result (killed, node lost).
+    Keeps waiting while a SLURM job is requeued (its log continues in the same file). Raises
+    LaunchError if a SLURM job ends without writing a result (cancelled, killed, node lost).
     """
-    pos, gone_since = 0, None
+    pos, ended_since, last_state = 0, None, "?"
     while True:
         finished = job.done()
         if not finished and isinstance(job, submitit.SlurmJob):
-            if slurm_state(job.job_id) is None:
-                gone_since = gone_since or time.time()
-                if time.time() - gone_since > VANISHED_GRACE_S:
-                    raise LaunchError(f"SLURM job {job.job_id} left the queue without a result\n"
-                                      f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}")
+            state = slurm_state(job.job_id)
+            if state != last_state:
+                out.write(f"[launcher] SLURM job {job.job_id}: {state or 'no longer listed'}\n")
+                last_state = state
+            if state in LIVE_SLURM_STATES:
+                ended_since = None
             else:
-                gone_since = None
+                ended_since = ended_since or time.time()
+                if time.time() - ended_since > (ENDED_GRACE_S if state else VANISHED_GRACE_S):
+                    raise LaunchError(f"SLURM job {job.job_id} ended ({state or 'no longer listed'}) without a "
+                                      f"result; rerun to resubmit (it resumes from the newest checkpoint)\n"
+                                      f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}")
         path = Path(job.paths.stderr)
         if path.exists():
             with open(path, errors="replace") as f:
@@ -137,10 +271,88 @@ def wait_and_stream(job: submitit.Job, poll_s: float, out=sys.stderr) -> None:
                 pos = f.tell()
             if chunk:
                 out.write(chunk)
-                out.flush()
+        out.flush()
         if finished:
             return
         time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def launch_lock(work: Path) -> Iterator[None]:
+    """work/launch.lock held (blocking) while a launcher finds or submits the run's job."""
+    with open(work / LAUNCH_LOCK, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def run_busy(work: Path) -> bool:
+    """Whether a process holds the run's train lock (a local job of an earlier launcher still training)."""
+    path = work / schema.TRAIN_LOCK
+    if not path.exists():
+        return False
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def wait_for_local_trainer(work: Path, run_dir: Path, poll_s: float) -> dict[str, Any]:
+    """Wait for a local trainer of an earlier launcher to finish; return done.json's content."""
+    while run_busy(work):
+        time.sleep(poll_s)
+    done = run_dir / schema.DONE_JSON
+    if not done.exists():
+        raise LaunchError(f"run {run_dir.name}: the earlier local job ended without {done}; rerun to resume it")
+    return json.loads(done.read_text())
+
+
+def log(cfg: dict[str, Any], msg: str) -> None:
+    print(f"[{cfg['run']}] {msg}", file=sys.stderr, flush=True)
+
+
+def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submitit.Job | dict[str, Any]:
+    """Re-attach to the run's live job, or check that the run can resume and submit one.
+
+    Returns the job, or done.json's content when an earlier local trainer finished the run.
+    """
+    work, backend = run_dir / schema.WORK_DIR, cfg["launcher"]["backend"]
+    tag = job_tag(cfg["run"], run_dir)
+    live = live_slurm_job(work, tag) if backend == "slurm" else None
+    if live is not None:
+        job, rec = live
+        if rec.get("config_hash", cfg["config_hash"]) == cfg["config_hash"]:
+            log(cfg, f"re-attaching to SLURM job {job.job_id}" + (" (it runs under the current config, so it is "
+                                                                   "not restarted)" if restart else ""))
+            return job
+        if not restart:
+            raise LaunchError(f"run {cfg['run']}: SLURM job {job.job_id} runs it under another config "
+                              f"(hash {rec['config_hash']}, now {cfg['config_hash']}); wait for it, or {RESTART_HINT}")
+        log(cfg, f"restart: cancelling SLURM job {job.job_id} (another config)")
+        cancel_slurm_job(job.job_id)
+    if backend != "slurm" and run_busy(work):
+        log(cfg, "a local trainer of an earlier launcher still runs this run: waiting for it")
+        return wait_for_local_trainer(work, run_dir, float(cfg["launcher"].get("poll_interval_s", 5)))
+    conflict = resume_conflict(cfg, work)
+    if conflict and not restart:
+        raise LaunchError(f"run {cfg['run']}: cannot resume: {conflict}. Restore the config, or {RESTART_HINT}")
+    if conflict:
+        log(cfg, f"restart: discarding its state ({conflict})")
+        discard_run_state(run_dir)
+    elif restart and checkpoint_config(work) is not None:
+        log(cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start "
+                 f"from zero)")
+    schema.write_json_atomic(cfg, run_dir / schema.CONFIG_JSON)
+    folder = work / "submitit"
+    folder.mkdir(parents=True, exist_ok=True)
+    job = make_executor(cfg, folder, tag).submit(TrainJob(), str(run_dir))
+    schema.write_json_atomic({"backend": backend, "job_id": str(job.job_id), "folder": str(folder), "tag": tag,
+                              "run": cfg["run"], "config_hash": cfg["config_hash"],
+                              "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / JOB_JSON)
+    log(cfg, f"submitted {backend} job {job.job_id}")
+    return job
 
 
 def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str | Path,
@@ -148,28 +360,25 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
     """Submit (or re-attach to) the run's job and wait for it; return done.json's content."""
     run_dir = Path(run_dir)
     base_model = json.loads(Path(base_model_json).read_text())
-    cfg = write_run_config(run_config, base_model, run_dir)
+    cfg = resolve_run_config(run_config, base_model)
     work = run_dir / schema.WORK_DIR
-    folder = work / "submitit"
-    folder.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     backend = cfg["launcher"]["backend"]
-    job = live_slurm_job(work) if backend == "slurm" else None
-    if job is not None:
-        print(f"[{cfg['run']}] re-attaching to SLURM job {job.job_id}", file=sys.stderr, flush=True)
-    else:
-        executor = make_executor(cfg, folder)
-        job = executor.submit(TrainJob(), str(run_dir), restart)
-        schema.write_json_atomic({"backend": backend, "job_id": str(job.job_id), "folder": str(folder),
-                                  "run": cfg["run"], "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-                                 work / "job.json")
-        print(f"[{cfg['run']}] submitted {backend} job {job.job_id}", file=sys.stderr, flush=True)
+    with launch_lock(work):
+        job = find_or_submit(cfg, run_dir, restart)
+    if isinstance(job, dict):
+        return job
     try:
         if backend != "debug":
             wait_and_stream(job, float(cfg["launcher"].get("poll_interval_s", 5)))
-        return job.result()
+        result = job.result()
     except LaunchError:
         raise
     except Exception as e:  # the job's own error: re-raise with where to look
         raise LaunchError(
             f"run {cfg['run']}: {backend} job {job.job_id} failed: {type(e).__name__}: {str(e)[-2000:]}\n"
             f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}") from e
+    if result is None:  # stopped by a signal without a requeue (e.g. max_num_timeout spent)
+        raise LaunchError(f"run {cfg['run']}: {backend} job {job.job_id} stopped before the end (signalled, not "
+                          f"requeued); rerun to resume from its checkpoint")
+    return result
