@@ -9,7 +9,14 @@ sys.path.insert(0, workflow.basedir)  # the packages of this repository, install
 
 from snakemake.cli import get_argument_parser
 
-from trainer.config import base_model_spec, expand_matrix, load_yaml, resolve_run_config, validate_config
+from trainer.config import (
+    base_model_spec,
+    expand_matrix,
+    load_yaml,
+    resolve_run_config,
+    restart_requested,
+    validate_config,
+)
 from trainer.runid import RUN_ID_PATTERN, parse_run_id
 
 
@@ -54,6 +61,20 @@ def base_model_json(wildcards):
 def run_config_arg(wildcards):
     """The run's resolved config, quoted for the shell."""
     return shlex.quote(json.dumps(resolve_run_config(config, parse_run_id(wildcards.run)), sort_keys=True))
+
+
+def restart_flag(wildcards, output):
+    """`--restart` for the runs that `--config restart=...` names, else nothing.
+
+    It takes `output` so that Snakemake counts it a derived parameter: those are no rerun
+    trigger, so switching restart on or off never reruns a finished run by itself.
+    """
+    return "--restart" if restart_requested(config, wildcards.run) else ""
+
+
+def status_config_arg(wildcards):
+    """The merged config (config.yaml, --configfile, --config), quoted for the shell."""
+    return shlex.quote(json.dumps(config, sort_keys=True))
 
 
 def base_model_arg(wildcards):

@@ -1,4 +1,6 @@
-# The base model of each scale, and one training job per run (submitted by trainer.launch).
+# The base model of each scale, one training job per run (submitted by trainer.launch), and
+# `snakemake status`. A run whose config changed refuses to resume; to start it afresh:
+#   snakemake --config restart=RUN            (or restart=all; a finished run also needs --forcerun)
 
 
 rule base_model:
@@ -31,12 +33,25 @@ rule train:
     params:
         run_config=run_config_arg,
         run_dir=lambda w: run_dir(w.run),
+        restart=restart_flag,
     threads: 1
     shell:
         "python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
-        " --run-dir {params.run_dir} 2>&1 | tee {log}"
+        " --run-dir {params.run_dir} {params.restart} 2>&1 | tee {log}"
 
 
 rule train_all:
     input:
         [run_file(r, "done.json") for r in RUNS],
+
+
+# `snakemake status` (add --nolock while a sweep runs in this directory): every run of the
+# matrix and where it stands; schedules nothing else.
+rule status:
+    log:
+        f"{RESULTS}/logs/status.log",
+    params:
+        config=status_config_arg,
+    localrule: True
+    shell:
+        "python -m trainer status --config-json {params.config} --results {RESULTS} 2>&1 | tee {log}"

@@ -4,6 +4,7 @@
     python -m trainer launch --run-config JSON --base-model MODEL_JSON --run-dir results/runs/RUN
     python -m trainer train --run-dir results/runs/RUN
     python -m trainer runs [--config config.yaml] [--matrix paper]
+    python -m trainer status [--config-file config.yaml] [--config matrix=paper] [--json]
     python -m trainer score --task math|code FILE.jsonl
     python -m trainer install-profile      # makes `snakemake --profile slurm` work from the repo root
 """
@@ -42,13 +43,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
     p.add_argument("--base-model", required=True, help="the scale's model.json")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--restart", action="store_true", help="discard the run's checkpoints and start afresh")
+    p.add_argument("--restart", action="store_true",
+                   help="start afresh where the run's checkpoints or live job are of another config (state of the "
+                        "current config is resumed, never discarded)")
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
     p = sub.add_parser("runs", help="list the run ids of a matrix")
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--schema", default=None, help="default: rules/config.schema.yaml beside the config")
     p.add_argument("--matrix", default=None)
+    p = sub.add_parser("status", help="where every run of the matrix stands (not started, queued, running, failed, "
+                                      "interrupted, done)")
+    p.add_argument("--config-file", action="append", default=None,
+                   help="config files merged in order like Snakemake's --configfile (default: config.yaml)")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="overrides like Snakemake's --config, e.g. matrix=paper 'seeds=[0,1]'")
+    p.add_argument("--config-json", type=_json_arg, default=None,
+                   help="an already merged config (JSON or @file; what `snakemake status` passes)")
+    p.add_argument("--schema", default=None, help="default: rules/config.schema.yaml beside the first config file")
+    p.add_argument("--matrix", default=None, help="the matrix to list (default: the config's `matrix`)")
+    p.add_argument("--results", default="results", help="the results directory (default: results)")
+    p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     sub.add_parser("score", help="re-score saved completions (see trainer/tasks/cli.py)")
     p = sub.add_parser("install-profile", help="link profiles/NAME where `snakemake --profile NAME` looks")
     p.add_argument("--name", default="slurm")
@@ -75,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.profiles import install_profile
 
         print(install_profile(Path(args.repo), args.name))
+    elif args.command == "status":
+        return status_command(args)
     elif args.command == "runs":
         from trainer.config import expand_matrix, load_config
 
@@ -82,6 +99,47 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, schema_path)
         for run in expand_matrix(config, args.matrix):
             print(run)
+    return 0
+
+
+def merge_config(base: dict, update: dict) -> dict:
+    """`update` merged into `base` recursively (dicts key by key, anything else replaced), as Snakemake does."""
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = merge_config(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """`python -m trainer status`: load and validate the config as Snakemake would, list the runs."""
+    import yaml
+
+    from trainer.config import ConfigError, load_yaml, validate_config
+    from trainer.status import as_json, format_table, matrix_status
+
+    files = args.config_file or ["config.yaml"]
+    schema_path = args.schema or Path(files[0]).resolve().parent / "rules" / "config.schema.yaml"
+    config: dict = {}
+    if args.config_json is not None:
+        config = args.config_json
+    else:
+        for path in files:
+            config = merge_config(config, load_yaml(path))
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"error: --config {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        config = merge_config(config, {key: yaml.safe_load(value)})
+    try:
+        validate_config(config, load_yaml(schema_path))
+        if args.matrix is not None and args.matrix not in config["matrices"]:
+            raise ConfigError(f"--matrix: {args.matrix!r} is not one of matrices: {sorted(config['matrices'])}")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows = matrix_status(config, args.results, args.matrix)
+    print(as_json(rows) if args.json else format_table(rows))
     return 0
 
 

@@ -107,12 +107,30 @@ def _check_references(config: dict[str, Any]) -> None:
                     problems.append(f"matrices.{name}.{axis}: {value!r} has no entry in `{section}`")
         if m.get("single_baseline") and "single" not in config["workflows"]:
             problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
+    runs = {str(r) for r in expand_matrix(config)} if not problems else set()
+    for name in restart_selection(config):
+        if name != "all" and runs and name not in runs:
+            problems.append(f"restart: {name!r} is not a run of matrix {config['matrix']!r} (a run id, or `all`)")
     for i, o in enumerate(config.get("overrides", [])):
         scale = o["match"].get("scale")
         if scale is not None and scale not in config["scales"]:
             problems.append(f"overrides[{i}].match.scale: unknown scale {scale!r}")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def restart_selection(config: dict[str, Any]) -> list[str]:
+    """The `restart` entries as a list (a single id or `all` given on the command line is a string)."""
+    value = config.get("restart")
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def restart_requested(config: dict[str, Any], run: RunId | str) -> bool:
+    """Whether the user asked (`restart`) to start `run` afresh where it cannot resume."""
+    selected = restart_selection(config)
+    return "all" in selected or str(run) in selected
 
 
 def load_config(path: str | Path, schema_path: str | Path) -> dict[str, Any]:
