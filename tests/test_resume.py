@@ -8,31 +8,25 @@ import shutil
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
-from trainer.base_model import build_base_model
-from trainer.config import base_model_spec, load_yaml, resolve_run_config
-from trainer.launch import write_run_config
-from trainer.runid import parse_run_id
-from trainer.schema import TIME_COLUMNS
-from trainer.train import ResumeError, run_training
+from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs, tiny_base_model, tiny_run_config
+from trainer.launch import LaunchError, launch, write_run_config
+from trainer.train import ResumeError, Trainer, run_training
 
 RUN = "voting-math-tiny-isolated-s0"
 
 
 @pytest.fixture(scope="module")
-def base_model(tmp_path_factory):
-    config = load_yaml(ROOT / "config.yaml")
-    spec = base_model_spec(config, "tiny", ["math"])
-    spec["tiny"]["warm_start_steps"] = 100
-    return build_base_model(spec, tmp_path_factory.mktemp("model") / "model.json")
+def base_model_json(tmp_path_factory):
+    return tiny_base_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def base_model(base_model_json):
+    return json.loads(base_model_json.read_text())
 
 
 def run_config(**training):
-    config = load_yaml(ROOT / "config.yaml")
-    rc = resolve_run_config(config, parse_run_id(RUN))
-    rc["training"].update(max_steps=4, eval_every=2, save_every=2, keep_last=3, prompts_per_step=4,
-                          num_generations=4, eval_problems=24, samples_per_eval=2, **training)
-    return rc
+    return tiny_run_config(RUN, training)
 
 
 def train(tmp_path, name, base_model, **training):
@@ -42,17 +36,7 @@ def train(tmp_path, name, base_model, **training):
     return run_dir
 
 
-def logs(run_dir):
-    out = {}
-    for name in ("train", "eval", "samples"):
-        df = pd.read_parquet(run_dir / f"{name}.parquet")
-        out[name] = df.drop(columns=[c for c in TIME_COLUMNS if c in df.columns])
-    return out
-
-
-def assert_same_logs(a, b):
-    for name in a:
-        pd.testing.assert_frame_equal(a[name], b[name], check_exact=True, obj=name)
+logs = published_logs
 
 
 @pytest.mark.slow
@@ -69,6 +53,37 @@ def test_same_seed_twice_and_resume_give_identical_logs(tmp_path, base_model):
     run_training(b)
     assert_same_logs(logs(a), logs(b))
     assert json.loads((b / "done.json").read_text())["steps_done"] == 4
+    assert_nothing_partial(a)
+    assert_nothing_partial(b)
+
+
+@pytest.mark.slow
+def test_resume_restores_sampler_position_and_rng(tmp_path, base_model):
+    import random
+
+    import numpy as np
+    import torch
+
+    run_dir = train(tmp_path, "r", base_model)
+    cfg = json.loads((run_dir / "config.json").read_text())
+    fresh = Trainer(cfg, tmp_path / "fresh")
+    expected = [p.id for p in fresh.prompts_for_step(3)]
+    shutil.rmtree(run_dir / "work" / "checkpoints" / "step-000004")
+    state = torch.load(run_dir / "work" / "checkpoints" / "step-000002" / "state.pt", weights_only=False)
+    assert state["sampler"]["next_step"] == 3 and state["sampler"]["position"] == 2 * cfg["training"]["prompts_per_step"]
+    resumed = Trainer(cfg, run_dir)
+    random.seed(12345)  # whatever the process did before, the resume restores the saved states
+    torch.manual_seed(12345)
+    np.random.seed(12345)
+    assert resumed.resume() == 2
+    assert torch.equal(torch.get_rng_state(), state["rng"]["torch"])
+    assert random.getstate() == state["rng"]["python"]
+    assert np.array_equal(np.random.get_state()[1], state["rng"]["numpy"][1])
+    assert [p.id for p in resumed.prompts_for_step(3)] == expected  # the sampler continues where it stood
+    state["sampler"]["position"] += 1  # a checkpoint whose sampler disagrees with the config is refused
+    torch.save(state, run_dir / "work" / "checkpoints" / "step-000002" / "state.pt")
+    with pytest.raises(ResumeError, match="sampler position"):
+        Trainer(cfg, run_dir).resume()
 
 
 @pytest.mark.slow
@@ -80,10 +95,40 @@ def test_changed_config_refuses_to_resume_naming_the_key(tmp_path, base_model):
         run_training(run_dir)
     run_training(run_dir, restart=True)
     assert json.loads((run_dir / "done.json").read_text())["steps_done"] == 4
+    assert_nothing_partial(run_dir)
 
 
 @pytest.mark.slow
-def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model, monkeypatch):
+def test_changed_config_is_refused_by_the_launcher_and_cli_before_submitting(tmp_path, base_model, base_model_json,
+                                                                            capsys):
+    from trainer.__main__ import main
+
+    run_dir = train(tmp_path, "l", base_model)
+    old_config = (run_dir / "config.json").read_text()
+    changed = run_config(learning_rate=0.5)
+    changed["launcher"]["backend"] = "debug"
+    with pytest.raises(LaunchError, match=r"changed: training\.learning_rate.*--restart.*restart=RUN"):
+        launch(changed, base_model_json, run_dir)
+    argv = ["launch", "--run-config", json.dumps(changed), "--base-model", str(base_model_json),
+            "--run-dir", str(run_dir)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "training.learning_rate" in err and "--restart" in err and "snakemake --config restart=" in err
+    assert (run_dir / "config.json").read_text() == old_config  # nothing written, nothing submitted
+    assert not (run_dir / "work" / "job.json").exists()
+    done = launch(changed, base_model_json, run_dir, restart=True)  # discards the other config's state
+    assert done["config_hash"] == json.loads((run_dir / "config.json").read_text())["config_hash"]
+    assert json.loads(old_config)["config_hash"] != done["config_hash"]
+    assert_nothing_partial(run_dir)
+    # a restart request for a run whose state is of the current config resumes it: nothing is lost
+    (run_dir / "done.json").unlink()
+    launch(changed, base_model_json, run_dir, restart=True)
+    assert "resumed from step-000004" in capsys.readouterr().err
+    assert_nothing_partial(run_dir)
+
+
+@pytest.mark.slow
+def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model, monkeypatch, capsys):
     import trainer.train as train_module
     from trainer.grpo import LOSS_AGGREGATIONS
 
@@ -109,6 +154,9 @@ def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model,
     run_training(run_dir)
     train = pd.read_parquet(run_dir / "train.parquet")
     assert sorted(train[train["skipped"]]["step"].unique()) == [2]
+    assert "step 2: non-finite loss or gradient, update skipped (1 so far)" in capsys.readouterr().err
+    assert sorted(train["step"].unique()) == [1, 2, 3, 4]  # training went on after the skipped step
+    assert_nothing_partial(run_dir)
     clean = tmp_path / "clean"
     write_run_config(run_config(max_skipped=1), base_model, clean)
     run_training(clean)
@@ -120,3 +168,6 @@ def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model,
     with pytest.raises(train_module.TrainingError, match=r"2 steps skipped .*max_skipped = 1.*\[1, 3\]"):
         run_training(tmp_path / "fail")
     assert not (tmp_path / "fail" / "done.json").exists()
+    failure = json.loads((tmp_path / "fail" / "work" / "failure.json").read_text())
+    assert failure["error"].startswith("TrainingError: run voting-math-tiny-isolated-s0: 2 steps skipped")
+    assert_nothing_partial(tmp_path / "fail", done=False)

@@ -1,0 +1,139 @@
+"""Helpers of the kill, resume and SLURM tests: a tiny base model built once per session, tiny run
+configs, and the checks that a run's published files are whole and equal to another run's."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from tests.conftest import ROOT
+from trainer import schema
+from trainer.config import base_model_spec, load_yaml, resolve_run_config
+from trainer.runid import parse_run_id
+
+TINY_RUN = {"max_steps": 4, "eval_every": 2, "save_every": 2, "keep_last": 3, "prompts_per_step": 4,
+            "num_generations": 4, "eval_problems": 24, "samples_per_eval": 2}
+FAST_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
+            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100) -> Path:
+    """model.json of the tiny base model, built once per test session (shared by the test modules)."""
+    root = tmp_path_factory.getbasetemp() / f"tiny-model-{warm_start_steps}"
+    root.mkdir(exist_ok=True)
+    out = root / "model.json"
+    with open(root / ".lock", "w") as lock:  # several modules (or workers) may ask at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            from trainer.base_model import build_base_model
+
+            spec = base_model_spec(load_yaml(ROOT / "config.yaml"), "tiny", ["math"])
+            spec["tiny"]["warm_start_steps"] = warm_start_steps
+            build_base_model(spec, out)
+    return out
+
+
+def tiny_run_config(run: str, training: dict[str, Any] | None = None, **launcher: Any) -> dict[str, Any]:
+    """The resolved config of `run` from config.yaml with a tiny schedule (TINY_RUN, then `training`)."""
+    rc = resolve_run_config(load_yaml(ROOT / "config.yaml"), parse_run_id(run))
+    rc["training"].update({**TINY_RUN, **(training or {})})
+    rc["launcher"].update(launcher)
+    return rc
+
+
+def published_logs(run_dir: Path) -> dict[str, pd.DataFrame]:
+    """train/eval/samples parquet of a run without the time columns (the only ones that may differ)."""
+    out = {}
+    for name in ("train", "eval", "samples"):
+        df = pd.read_parquet(run_dir / f"{name}.parquet")
+        out[name] = df.drop(columns=[c for c in schema.TIME_COLUMNS if c in df.columns])
+    return out
+
+
+def assert_same_logs(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> None:
+    """Every log frame equal, exactly."""
+    assert set(a) == set(b)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=True, obj=name)
+
+
+def temporaries(run_dir: Path) -> list[Path]:
+    """Leftovers of interrupted atomic writes: `.NAME.tmp-PID` files and `.step-*` checkpoint dirs."""
+    found = [*run_dir.glob(".*.tmp*"), *(run_dir / schema.WORK_DIR).glob(".*.tmp*")]
+    found += list((run_dir / schema.WORK_DIR / "checkpoints").glob(".*"))
+    return sorted(found)
+
+
+def assert_nothing_partial(run_dir: Path, done: bool = True) -> None:
+    """Nothing half-written among the run's files: no temporaries; every parquet (published and in
+    each checkpoint) readable; every checkpoint whole; and, when `done`, done.json consistent with
+    config.json and the parquet files (all steps, each (step, role) and (step, split) once)."""
+    assert not temporaries(run_dir), f"{run_dir}: leftovers of interrupted writes: {temporaries(run_dir)}"
+    for path in [*run_dir.glob("*.parquet"), *(run_dir / schema.WORK_DIR).glob("checkpoints/step-*/*.parquet")]:
+        pq.read_table(path)  # raises on a truncated file
+    for ckpt in (run_dir / schema.WORK_DIR / "checkpoints").glob("step-*"):
+        for name in ("state.pt", schema.CONFIG_JSON, schema.TRAIN_PARQUET, schema.EVAL_PARQUET,
+                     schema.SAMPLES_PARQUET, "policies"):
+            assert (ckpt / name).exists(), f"{ckpt}: no {name}"
+    if not done:
+        return
+    config = json.loads((run_dir / schema.CONFIG_JSON).read_text())
+    finished = json.loads((run_dir / schema.DONE_JSON).read_text())
+    steps = config["training"]["max_steps"]
+    assert finished["config_hash"] == config["config_hash"], f"{run_dir}: done.json's hash is not config.json's"
+    assert finished["steps_done"] == finished["steps_expected"] == steps
+    train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
+    evals = pd.read_parquet(run_dir / schema.EVAL_PARQUET)
+    assert sorted(train["step"].unique()) == list(range(1, steps + 1)), f"{run_dir}: train steps"
+    assert not train.duplicated(["step", "role"]).any(), f"{run_dir}: a (step, role) row twice"
+    assert not evals.duplicated(["step", "split"]).any(), f"{run_dir}: a (step, split) row twice"
+    assert evals["step"].max() == steps and evals["step"].min() == 0
+    samples = pd.read_parquet(run_dir / schema.SAMPLES_PARQUET)
+    assert set(samples["step"]) <= set(evals["step"])
+
+
+def trainer_env(**extra: str) -> dict[str, str]:
+    """The environment of a trainer subprocess: this checkout first on the path, fast CPU settings."""
+    return {**os.environ, **FAST_ENV, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}", **extra}
+
+
+def start_trainer(run_dir: Path, log: Path, **env: str) -> subprocess.Popen:
+    """`python -m trainer train --run-dir RUN` in a subprocess, its output appended to `log`."""
+    with open(log, "a") as out:
+        return subprocess.Popen([sys.executable, "-m", "trainer", "train", "--run-dir", str(run_dir)], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, env=trainer_env(**env))
+
+
+def progress_step(run_dir: Path) -> int:
+    """The step in work/progress.json (-1 before the trainer wrote it)."""
+    path = run_dir / schema.WORK_DIR / schema.PROGRESS_JSON
+    return json.loads(path.read_text())["step"] if path.exists() else -1
+
+
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen | None, timeout_s: float, what: str,
+             log: Path | None = None) -> None:
+    """Poll `condition` every 20 ms; fail if the process ends first or the timeout passes."""
+    deadline = time.time() + timeout_s
+    while not condition():
+        tail = log.read_text()[-3000:] if log and log.exists() else ""
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended ({proc.returncode}) before {what}\n{tail}")
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n{tail}")
+        time.sleep(0.02)
+
+
+def copy_run_dir(src: Path, dst: Path) -> Path:
+    """A copy of a run directory (to compare what happens to it under two histories)."""
+    shutil.copytree(src, dst)
+    return dst
