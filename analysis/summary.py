@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.names import AXES, CELL
 from analysis.runs import RunLogError, RunLogs, load_run
 
-__all__ = ["RunLogError", "summarize_curve", "summarize_run", "check_run", "aggregate_seeds"]
+__all__ = ["RunLogError", "summarize_curve", "summarize_run", "check_run", "aggregate_seeds", "collect"]
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -115,3 +115,16 @@ def aggregate_seeds(summary: pd.DataFrame) -> pd.DataFrame:
     if "cliff_cause" in summary:
         out["cliff_causes"] = g["cliff_cause"].agg(lambda c: ", ".join(sorted(set(c.dropna()))))
     return out.reset_index()
+
+
+def collect(paths: list[str | Path], expected: list[str]) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """Gather per-run rows: (summary of good runs, runs expected but absent, runs left out with why)."""
+    frames = [pd.read_parquet(p) for p in paths]
+    allrows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "problem"])
+    bad = allrows[allrows["problem"].notna()]
+    good = allrows[allrows["problem"].isna()].drop(columns=["problem"])
+    left_out = [f"{r.run}: {r.problem}" for r in bad.itertuples()]
+    missing = [r for r in expected if r not in set(allrows["run"])]
+    if len(good):
+        good = add_single_baseline(good).sort_values(["workflow", "task", "scale", "policy", "seed", "split"])
+    return good.reset_index(drop=True), missing, left_out
