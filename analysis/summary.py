@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -10,9 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainer import schema
+from analysis.names import AXES, CELL
+from analysis.runs import RunLogError, RunLogs, load_run
 
-AXES = ["workflow", "task", "scale", "policy", "seed"]
+__all__ = ["RunLogError", "summarize_curve", "summarize_run", "check_run", "aggregate_seeds", "collect"]
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -56,42 +56,10 @@ def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int
     return out
 
 
-class RunLogError(ValueError):
-    """A run directory whose logs are partial or disagree with its done.json."""
-
-
-def check_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
-    """The run's config and eval log, after checking that done.json matches its parquet."""
-    missing = [n for n in (schema.CONFIG_JSON, schema.DONE_JSON, schema.EVAL_PARQUET, schema.TRAIN_PARQUET)
-               if not (run_dir / n).exists()]
-    if missing:
-        raise RunLogError(f"{run_dir.name}: missing {', '.join(missing)}")
-    cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
-    done = json.loads((run_dir / schema.DONE_JSON).read_text())
-    evals = pd.read_parquet(run_dir / schema.EVAL_PARQUET)
-    train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET, columns=["step"])
-    problems = []
-    if done.get("config_hash") != cfg.get("config_hash"):
-        problems.append(f"done.json hash {done.get('config_hash')} != config.json hash {cfg.get('config_hash')}")
-    if done.get("steps_done") != done.get("steps_expected"):
-        problems.append(f"done.json says {done.get('steps_done')} of {done.get('steps_expected')} steps")
-    last = int(train["step"].max()) if len(train) else 0
-    if last != done.get("steps_done"):
-        problems.append(f"train.parquet ends at step {last} but done.json says {done.get('steps_done')}")
-    if problems:
-        raise RunLogError(f"{run_dir.name}: " + "; ".join(problems))
-    return cfg, evals
-
-
-def summarize_run(run_dir: str | Path, analysis: dict[str, Any]) -> pd.DataFrame:
-    """One row per (run, eval split); a run with bad logs gives one row with `problem` set."""
-    run_dir = Path(run_dir)
-    try:
-        cfg, evals = check_run(run_dir)
-    except RunLogError as e:
-        return pd.DataFrame([{"run": run_dir.name, "problem": str(e)}])
-    rows = []
-    for split, g in evals.groupby("split", sort=True):
+def curve_rows(logs: RunLogs, analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """One summary row per eval split of a checked run (DESIGN.md's definitions), with its noise floor."""
+    cfg, rows = logs.config, []
+    for split, g in logs.evals.groupby("split", sort=False):
         s = summarize_curve(g["step"].to_numpy(), g["accuracy"].to_numpy(),
                             smoothing_window=analysis.get("smoothing_window", 1),
                             terminal_k=analysis.get("terminal_k", 3), cliff_drop=analysis.get("cliff_drop", 0.1))
@@ -100,8 +68,24 @@ def summarize_run(run_dir: str | Path, analysis: dict[str, Any]) -> pd.DataFrame
         # two binomial standard errors of the eval set: the noise floor of a gain
         s["gain_noise"] = 2 * math.sqrt(max(base * (1 - base), 1e-12) / n) if n and not math.isnan(base) else math.nan
         rows.append({"run": cfg["run"], **{a: cfg[a] for a in AXES}, "split": split, "n_eval": n,
-                     "max_steps": cfg["training"]["max_steps"], **s, "problem": None})
-    return pd.DataFrame(rows)
+                     "max_steps": cfg["training"]["max_steps"], **s})
+    return rows
+
+
+def summarize_run(run_dir: str | Path, analysis: dict[str, Any]) -> pd.DataFrame:
+    """One row per (run, eval split); a run with bad logs gives one row with `problem` set."""
+    run_dir = Path(run_dir)
+    try:
+        logs = load_run(run_dir)
+    except RunLogError as e:
+        return pd.DataFrame([{"run": run_dir.name, "problem": str(e)}])
+    return pd.DataFrame(curve_rows(logs, analysis)).assign(problem=None)
+
+
+def check_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The run's config and eval log, after checking that done.json matches its parquet."""
+    logs = load_run(run_dir)
+    return logs.config, logs.evals
 
 
 def add_single_baseline(summary: pd.DataFrame) -> pd.DataFrame:
@@ -113,6 +97,24 @@ def add_single_baseline(summary: pd.DataFrame) -> pd.DataFrame:
     for c in ("base_acc", "peak_acc", "terminal_acc"):
         out[f"gain_vs_single_{c.removesuffix('_acc')}"] = out[c] - out[f"single_{c}"]
     return out.drop(columns=[f"single_{c}" for c in ("base_acc", "peak_acc", "terminal_acc")])
+
+
+SEED_METRICS = ["base_acc", "peak_acc", "terminal_acc", "gain_peak", "gain_terminal", "gain_vs_single_base",
+                "gain_vs_single_peak", "gain_vs_single_terminal", "cliff_depth", "peak_step", "cliff_step",
+                "capture_index"]
+
+
+def aggregate_seeds(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cell, split): n_seeds, mean and std over seeds of each metric, fraction of seeds with a cliff."""
+    metrics = [m for m in SEED_METRICS if m in summary]
+    g = summary.groupby(CELL + ["split"], sort=True, dropna=False)
+    out = g[metrics].agg(["mean", "std"])
+    out.columns = [f"{m}_{stat}" for m, stat in out.columns]
+    out.insert(0, "n_seeds", g["seed"].nunique())
+    out["cliff_rate"] = g["cliff"].mean()
+    if "cliff_cause" in summary:
+        out["cliff_causes"] = g["cliff_cause"].agg(lambda c: ", ".join(sorted(set(c.dropna()))))
+    return out.reset_index()
 
 
 def collect(paths: list[str | Path], expected: list[str]) -> tuple[pd.DataFrame, list[str], list[str]]:

@@ -1,0 +1,79 @@
+"""Every finished run of the sweep analysed in one pass (one process, not one per run: startup dominates).
+
+`summarize_runs` reads each run once and writes the per-run tables the rest of the analysis uses:
+runs (one row per run and split: curve summary, capture, cliff cause), problems (runs left out, and why), curves (every
+eval row), gradients (per role and step), amplification (per run and role), signatures (per run).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import gradients, signatures
+from analysis.names import AXES, INTERMEDIATE
+from analysis.runs import RunLogError, RunLogs, load_run, primary_split
+from analysis.summary import curve_rows
+
+
+def analyse_run(logs: RunLogs, analysis: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """The per-run tables of one checked run."""
+    cfg = logs.config
+    axes = {"run": logs.run, **{a: cfg[a] for a in AXES}}
+    eval_every = float(cfg["training"].get("eval_every", 1))
+    sigs = signatures.run_signatures(logs.evals, logs.train, logs.samples, analysis.get("signatures"))
+    rows = curve_rows(logs, analysis)
+    main = primary_split(logs.evals)
+    for row in rows:
+        row["primary"] = row["split"] == main
+        cap = gradients.capture(logs.train, cliff_step=row["cliff_step"],
+                                capture_share=analysis.get("capture_share", 0.6),
+                                trend_fraction=analysis.get("capture_trend_fraction", 0.2))
+        row.update(cap)
+        cause, cause_step = signatures.cliff_cause(sigs, row["split"], row["cliff_step"], eval_every) \
+            if row["cliff"] else (None, math.nan)
+        row["cliff_cause"] = cause if cause or not row["cliff"] else "unexplained"
+        row["cliff_cause_step"] = cause_step
+        row["signatures"] = ", ".join(sorted(set(
+            sigs[~sigs["at_base"] & (sigs["split"].isna() | (sigs["split"] == row["split"]))]["signature"])))
+    grads = gradients.role_steps(logs.train).assign(**axes)
+    amp = gradients.amplification(logs.train, cfg["workflow"], cfg.get("workflow_params", {})).assign(**axes)
+    curves = logs.evals.assign(**axes, primary=logs.evals["split"] == main)
+    return {"runs": pd.DataFrame(rows), "curves": curves, "gradients": grads, "amplification": amp,
+            "signatures": sigs.assign(**axes)}
+
+
+def summarize_runs(run_dirs: list[str | Path], analysis: dict[str, Any]) -> dict[str, pd.DataFrame]:
+    """Every run's tables, concatenated; a run with bad logs is a `problems` row saying why."""
+    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in INTERMEDIATE}
+    for run_dir in map(Path, run_dirs):
+        try:
+            tables = analyse_run(load_run(run_dir), analysis)
+        except RunLogError as e:
+            parts["problems"].append(pd.DataFrame([{"run": run_dir.name, "problem": str(e)}]))
+            continue
+        except Exception as e:  # an analysis bug on one run: name the run, keep the traceback
+            raise RuntimeError(f"analysing {run_dir}: {type(e).__name__}: {e}") from e
+        for k, t in tables.items():
+            if len(t):
+                parts[k].append(t)
+    out = {}
+    for k, frames in parts.items():
+        out[k] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run"])
+    out["problems"] = out["problems"].reindex(columns=["run", "problem"])
+    return out
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
+    """Each table as out_dir/NAME.parquet."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k, t in tables.items():
+        path = out_dir / f"{k}.parquet"
+        t.to_parquet(path, index=False)
+        paths.append(path)
+    return paths
