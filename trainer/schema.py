@@ -112,3 +112,14 @@ def write_json_atomic(obj: Any, path: str | Path) -> None:
 
 # The run id is part of this contract; analysis reads it from here.
 from trainer.runid import RunId, parse_run_id  # noqa: E402,F401
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (e.g. the writer of a `.NAME.tmp-PID` file)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -13,7 +13,6 @@ error line of its log), `interrupted` (started, no live job, no error: a rerun r
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from dataclasses import asdict, dataclass
@@ -55,17 +54,6 @@ def slurm_states() -> dict[str, str] | None:
     return dict(line.split("|", 1) for line in proc.stdout.splitlines() if "|" in line)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def last_error_line(log: Path) -> str:
     """The last line of a job log that looks like an error, else its last line."""
     if not log.exists():
@@ -95,7 +83,7 @@ def job_liveness(job: dict[str, Any] | None, squeue: dict[str, str] | None) -> s
         state = (squeue or {}).get(str(job["job_id"]), "").upper()
         return state if state in LIVE_SLURM_STATES else None
     if job.get("backend") == "local" and str(job.get("job_id", "")).isdigit():
-        return "RUNNING" if pid_alive(int(job["job_id"])) else None
+        return "RUNNING" if schema.pid_alive(int(job["job_id"])) else None
     return None
 
 

@@ -583,18 +583,8 @@ def remove_stale_temporaries(run_dir: Path) -> None:
     the run directory; a live process's (e.g. the launcher's, on this host) is left alone."""
     for stale in [*run_dir.glob(".*.tmp-*"), *(run_dir / schema.WORK_DIR).glob(".*.tmp-*")]:
         pid = stale.name.rsplit("-", 1)[-1]
-        if not (pid.isdigit() and _pid_alive(int(pid))):
+        if not (pid.isdigit() and int(pid) != os.getpid() and schema.pid_alive(int(pid))):
             stale.unlink(missing_ok=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid != os.getpid()
 
 
 def write_failure(work: Path, run: str, error: BaseException) -> None:
