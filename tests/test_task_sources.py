@@ -80,6 +80,30 @@ def test_reasoning_gym_problem_format():
     assert p.question.startswith("Calculate ") and p.demonstration.endswith(f"= \\boxed{{{p.answer}}}")
 
 
+def test_worked_demonstrations_are_correct_column_sums(math_task):
+    from trainer.tasks.sources import column_sum_steps
+
+    assert column_sum_steps("47 + 35", "x") == "7+5=12, 4+3+1=8"
+    assert column_sum_steps("9 + 95 + 7", "x") == "9+5+7=21, 9+2=11"  # the last carry is in the last column's sum
+    spec = {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 50, "seed": 1,
+            "demonstration": "worked", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                                  "max_digits": 2, "operators": ["+"],
+                                                  "allow_negation": False, "allow_parentheses": False}}
+    probs = load_problems("math", spec, "train")
+    for p in probs:
+        steps = p.demonstration.split(". ")[0].split(", ")
+        assert all(eval(lhs) == int(rhs) for lhs, rhs in (s.split("=") for s in steps))  # each fact holds
+        assert p.demonstration.endswith(f"= \\boxed{{{p.answer}}}")
+    assert all(s.score == 1.0 for s in math_task.score_batch(probs, [p.demonstration for p in probs]))
+
+
+def test_worked_demonstrations_refuse_other_expressions():
+    spec = {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 5, "seed": 1,
+            "demonstration": "worked", "params": {"min_terms": 2, "max_terms": 2, "operators": ["-"]}}
+    with pytest.raises(ValueError, match="demonstration 'worked' needs sums"):
+        load_problems("math", spec, "train")
+
+
 def test_reasoning_gym_gsm_symbolic(math_task):
     probs = load_problems("math", {"source": "reasoning_gym", "dataset": "gsm_symbolic", "size": 3, "seed": 1},
                           "train")

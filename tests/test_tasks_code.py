@@ -158,3 +158,21 @@ def test_score_cli_bad_lines_name_the_line(tmp_path, capsys, content, match):
     f.write_text(content)
     rc, rows, err = run_cli(["--task", "code", str(f)], capsys)
     assert rc == 2 and rows == [] and match in err and "bad.jsonl" in err
+
+
+def test_repeated_programs_run_once_but_timeouts_rerun():
+    from trainer.tasks.code_task import CodeTask
+    from trainer.tasks.sandbox import Limits
+
+    task = CodeTask(workers=1, limits=Limits(timeout_s=1.0, cpu_s=2))
+    p = load_problems("code", {"source": "synthetic_functions", "size": 1, "seed": 2}, "eval")[0]
+    wrong = "```python\ndef f(*args):\n    return None\n```"
+    loop = "```python\ndef f(*args):\n    while True:\n        pass\n```"
+    first = [task.score(p, c) for c in (p.demonstration, wrong)]
+    assert task.sandbox_runs == 2 and [s.score for s in first] == [1.0, 0.0]
+    again = [task.score(p, c) for c in (p.demonstration, wrong)]
+    assert again == first and task.sandbox_runs == 2          # served from the verdict cache
+    assert "AssertionError" in (first[1].error or "")
+    for _ in range(2):
+        assert task.score(p, loop).score == 0.0
+    assert task.sandbox_runs == 4                              # a timeout depends on load: never cached

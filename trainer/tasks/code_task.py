@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from trainer.tasks.base import Problem, Score, Task
-from trainer.tasks.sandbox import Limits, Sandbox, default_sandbox
+from trainer.tasks.sandbox import Limits, Sandbox, Verdict, default_sandbox
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _OPEN_FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n", re.IGNORECASE)
@@ -44,6 +44,17 @@ def normalize_code(code: str | None) -> str | None:
     return "\n".join(line for line in lines if line.strip() and not line.strip().startswith("#"))
 
 
+MAX_CACHED_VERDICTS = 200_000
+# the runner's "tests: AssertionError:" or "tests: CandidateError: ZeroDivisionError: ..."
+_PYTHON_ERROR = re.compile(r"^(tests: )?(CandidateError: )?(?!MemoryError)\w+(Error|Exception|Exit)\b")
+
+
+def deterministic(verdict: Verdict) -> bool:
+    """Whether a verdict would repeat on a rerun: a pass or a Python exception, not a timeout,
+    a signal or a resource limit (those depend on the machine's load)."""
+    return verdict.passed or bool(verdict.error and _PYTHON_ERROR.match(verdict.error))
+
+
 def parse_spec(answer: str) -> dict[str, Any]:
     """The tests spec of a code problem; ValueError naming the problem when malformed."""
     spec = json.loads(answer)
@@ -64,6 +75,10 @@ class CodeTask(Task):
                  sandbox: Sandbox | None = None) -> None:
         super().__init__(workers)
         self.sandbox = sandbox or (Sandbox(limits) if limits else default_sandbox())
+        # (tests spec, program) -> verdict: RL samples the same program for a problem again and
+        # again, and every eval re-scores the same problems; a sandbox run costs ~25 ms.
+        self._verdicts: dict[tuple[str, str], Verdict] = {}
+        self.sandbox_runs = 0
 
     def extract_answer(self, text: str) -> str | None:
         """The program of a completion (see extract_code)."""
@@ -80,14 +95,22 @@ class CodeTask(Task):
             spec = parse_spec(problem.answer)
         except (ValueError, TypeError) as e:
             return Score(0.0, True, f"problem {problem.id}: bad tests spec: {e}")
-        try:
-            if spec["kind"] == "assert":
-                verdict = self.sandbox.run_assert(code, spec["code"], spec.get("prelude") or "",
-                                                  spec.get("entry_points"))
-            else:
-                verdict = self.sandbox.run_stdio(code, spec["cases"])
-        except Exception as e:  # noqa: BLE001 - a sandbox failure scores 0, never raises
-            return Score(0.0, True, f"sandbox error: {type(e).__name__}: {e}")
+        key = (problem.answer, code)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            try:
+                self.sandbox_runs += 1
+                if spec["kind"] == "assert":
+                    verdict = self.sandbox.run_assert(code, spec["code"], spec.get("prelude") or "",
+                                                      spec.get("entry_points"))
+                else:
+                    verdict = self.sandbox.run_stdio(code, spec["cases"])
+            except Exception as e:  # noqa: BLE001 - a sandbox failure scores 0, never raises
+                return Score(0.0, True, f"sandbox error: {type(e).__name__}: {e}")
+            if deterministic(verdict):
+                if len(self._verdicts) >= MAX_CACHED_VERDICTS:
+                    self._verdicts.clear()
+                self._verdicts[key] = verdict
         return Score(1.0, True, None) if verdict.passed else Score(0.0, True, verdict.error)
 
     def answers_agree(self, a: str | None, b: str | None) -> bool:

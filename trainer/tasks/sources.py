@@ -92,6 +92,7 @@ def _reasoning_gym(task: str, spec: dict[str, Any], split: str, where: str) -> l
     name = _require(spec, "dataset", where)
     size, seed = int(_require(spec, "size", where)), int(spec.get("seed", 0))
     params = dict(spec.get("params") or {})
+    worked = spec.get("demonstration", "answer") == "worked"
     share = EVAL_FRACTION if split == "eval" else 1 - EVAL_FRACTION
     limit = int(size / share * 3) + 1000
     try:
@@ -108,11 +109,34 @@ def _reasoning_gym(task: str, spec: dict[str, Any], split: str, where: str) -> l
         meta = item.get("metadata") or {}
         expr = meta.get("expression")
         demo = f"{expr} = \\boxed{{{answer}}}" if expr else f"\\boxed{{{answer}}}"
+        if worked:
+            demo = f"{column_sum_steps(expr, where)}. {demo}"
         problems.append(Problem(f"{name}/s{seed}/{idx}", question, answer, demo, f"reasoning_gym:{name}"))
         if len(problems) == size:
             return problems
     raise ValueError(f"{where}: reasoning_gym {name!r} gave only {len(problems)} {split} problems "
                      f"in {limit} items; lower size or widen params")
+
+
+def column_sum_steps(expression: str | None, where: str) -> str:
+    """The worked column addition of a sum of non-negative integers, least significant digit first.
+
+    "47 + 35" gives "7+5=12, 4+3+1=8": each step is a one-digit fact and a carry, which a tiny
+    model learns from a few thousand demonstrations and composes on held-out sums; the bare
+    answer would ask it to learn two-digit addition in one token (it stays near 5%).
+    """
+    terms = [t.strip() for t in (expression or "").split("+")]
+    if len(terms) < 2 or not all(t.isdigit() for t in terms):
+        raise ValueError(f"{where}: demonstration 'worked' needs sums of non-negative integers "
+                         f"(operators: ['+'], allow_negation: false); got expression {expression!r}")
+    digits = [t[::-1] for t in terms]
+    carry, steps = 0, []
+    for i in range(max(map(len, digits))):
+        column = [int(d[i]) for d in digits if i < len(d)] + ([carry] if carry else [])
+        total = sum(column)
+        steps.append("+".join(map(str, column)) + f"={total}")
+        carry = total // 10
+    return ", ".join(steps)
 
 
 # -- human_eval -----------------------------------------------------------------------------
