@@ -85,8 +85,14 @@ def demonstrations(spec: dict[str, Any], rng: random.Random) -> list[tuple[str, 
 
 
 def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: dict[str, Any],
-               seed: int, log=print) -> dict[str, float]:
-    """Supervised fine-tuning on the completions of `pairs` (prompt tokens masked out)."""
+               seed: int, log=print, on_step=None) -> dict[str, float]:
+    """Supervised fine-tuning on the completions of `pairs` (prompt tokens masked out).
+
+    Each step's batch is split by length into `warm_start_micro_batches` micro-batches, so a
+    short demonstration is not padded to the longest (an aggregator prompt holds three
+    solutions): the gradient is the batch's token mean all the same. `on_step(step)` is
+    called after every step (the experiments that chose the demo's schedule evaluate there).
+    """
     torch.manual_seed(seed)
     rng = random.Random(seed)
     examples = []
@@ -97,29 +103,43 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
     opt = torch.optim.AdamW(model.parameters(), lr=arch["warm_start_learning_rate"], betas=(0.9, 0.95),
                             weight_decay=0.0)
     steps, batch_size = arch["warm_start_steps"], arch["warm_start_batch_size"]
+    n_micro = max(1, min(int(arch.get("warm_start_micro_batches", 2)), batch_size))
     model.train()
     t0, losses = time.time(), []
     for step in range(steps):
-        batch = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
-        width = max(len(p) + len(c) for p, c in batch)
-        ids = torch.full((batch_size, width), tokenizer.pad_token_id)
-        labels = torch.full((batch_size, width), -100)
-        mask = torch.zeros((batch_size, width), dtype=torch.long)
-        for i, (p, c) in enumerate(batch):
-            seq = p + c
-            ids[i, :len(seq)] = torch.tensor(seq)
-            labels[i, len(p):len(seq)] = torch.tensor(c)
-            mask[i, :len(seq)] = 1
+        batch = sorted((examples[rng.randrange(len(examples))] for _ in range(batch_size)),
+                       key=lambda pc: len(pc[0]) + len(pc[1]))
+        n_tokens = sum(len(c) for _, c in batch)
         for g in opt.param_groups:  # linear decay to 10% keeps the end of the warm start stable
             g["lr"] = arch["warm_start_learning_rate"] * (1 - 0.9 * step / max(steps, 1))
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        total = 0.0
+        size = -(-batch_size // n_micro)
+        for part in (batch[i:i + size] for i in range(0, batch_size, size)):
+            width = max(len(p) + len(c) for p, c in part)
+            ids = torch.full((len(part), width), tokenizer.pad_token_id)
+            labels = torch.full((len(part), width), -100)
+            mask = torch.zeros((len(part), width), dtype=torch.long)
+            for i, (p, c) in enumerate(part):
+                seq = p + c
+                ids[i, :len(seq)] = torch.tensor(seq)
+                labels[i, len(p):len(seq)] = torch.tensor(c)
+                mask[i, :len(seq)] = 1
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                     labels[:, 1:].reshape(-1), ignore_index=-100,
+                                                     reduction="sum") / n_tokens
+            loss.backward()
+            total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())
+        losses.append(total)
         if step % 50 == 0 or step == steps - 1:
-            log(f"warm start {step + 1}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+            log(f"warm start {step + 1}/{steps} loss {total:.3f} ({time.time() - t0:.0f}s)")
+        if on_step is not None:
+            model.eval()
+            on_step(step + 1)
+            model.train()
     model.eval()
     tail = losses[-20:] or [float("nan")]
     return {"steps": steps, "final_loss": sum(tail) / len(tail), "n_examples": len(examples)}
