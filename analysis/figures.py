@@ -221,8 +221,9 @@ def _heat(ax: plt.Axes, mat: np.ndarray, rows: list[str], cols: list[str], vmax:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=True, fc="0.93", hatch="//", ec="0.75", lw=0))
             ax.text(j, i, "missing", **{**MISSING, "fontsize": 6})
         else:
-            ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize=7,
-                    color="white" if abs(v - (vmin + vmax) / 2) > 0.6 * (vmax - vmin) / 2 else "black")
+            r, g, b, _ = im.cmap(im.norm(v))
+            dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+            ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize=7, color="white" if dark else "black")
     ax.set_xticks(range(len(cols)))
     ax.set_xticklabels(cols, rotation=35, ha="right", fontsize=7)
     ax.set_yticks(range(len(rows)))
@@ -239,8 +240,9 @@ def gain_heatmaps(data: Data, grid: Grid) -> plt.Figure:
     cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
     vals = means.to_numpy().ravel() if len(means) else np.array([0.1])
     vmax = max(float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 0.1, 0.01)
-    fig, axes = plt.subplots(2, len(grid.policies), figsize=(0.9 * len(cols) * len(grid.policies) + 2.5,
-                                                              0.5 * len(grid.workflows) * 2 + 2.8), squeeze=False)
+    fig, axes = plt.subplots(2, len(grid.policies), figsize=(0.9 * len(cols) * len(grid.policies) + 4.5,
+                                                              0.55 * len(grid.workflows) * 2 + 3.4), squeeze=False,
+                             layout="constrained")
     im = None
     for r, gain in enumerate(["gain_peak", "gain_terminal"]):
         for c, policy in enumerate(grid.policies):
@@ -253,7 +255,7 @@ def gain_heatmaps(data: Data, grid: Grid) -> plt.Figure:
             ax = axes[r][c]
             im = _heat(ax, mat, [_wf(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], vmax, "RdBu_r", "+.2f")
             ax.set_title(f"{policy} policy: {gain.replace('_', ' ')}", fontsize=9, color=POLICY_COLOURS[policy])
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.7, label="accuracy gain over base")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="accuracy gain over base")
     fig.suptitle("Gain over the base model (mean over seeds)", fontsize=10)
     return fig
 
@@ -264,8 +266,9 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
     s = data.summary
     rate = s.groupby(["workflow", "task", "scale", "policy"])["cliff"].mean() if len(s) else pd.Series(dtype=float)
     cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
-    fig = plt.figure(figsize=(0.9 * len(cols) * len(grid.policies) + 6.5, 0.5 * len(grid.workflows) + 2.6))
-    gs = fig.add_gridspec(1, len(grid.policies) + 1, width_ratios=[1] * len(grid.policies) + [1.3], wspace=0.45)
+    fig = plt.figure(figsize=(0.8 * len(cols) * len(grid.policies) + 5.0, 0.55 * len(grid.workflows) + 3.0),
+                     layout="constrained")
+    gs = fig.add_gridspec(1, len(grid.policies) + 1, width_ratios=[1] * len(grid.policies) + [1.3])
     im = None
     for c, policy in enumerate(grid.policies):
         ax = fig.add_subplot(gs[0, c])
@@ -277,7 +280,9 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
                     mat[i, j] = rate.loc[(wf, t, sc, policy)]
         im = _heat(ax, mat, [_wf(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], 1.0, "Reds", ".2f", vmin=0.0)
         ax.set_title(f"cliff rate, {policy} policy", fontsize=9, color=POLICY_COLOURS[policy])
-    fig.colorbar(im, ax=fig.axes, shrink=0.8, label="fraction of seeds with a cliff", location="left", pad=0.12)
+    heat_axes = list(fig.axes)
+    fig.colorbar(im, ax=heat_axes, shrink=0.8, label="fraction of seeds with a cliff", location="bottom",
+                 aspect=40)
     ax = fig.add_subplot(gs[0, -1])
     cl = s[s["cliff"].astype(bool)] if len(s) else s
     rng = np.random.default_rng(0)
@@ -347,7 +352,9 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
         group = GROUP_ROLES.get(wf, (None, None))[0]
         ax.axhline(1.0, color="0.4", lw=0.8, ls=":")
         if group is None:
-            ax.text(0.5, 0.5, "no parallel same-role agents", transform=ax.transAxes, **MISSING)
+            ax.text(0.5, 0.5, f"{_wf(wf)}:\nno parallel same-role agents", transform=ax.transAxes, **MISSING)
+            ax.set_axis_off()
+            continue
         elif not len(amp):
             ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
         else:
@@ -365,7 +372,7 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
             ax.set_title(f"{_wf(wf)}: {group}s vs parallel agents", fontsize=9)
             ax.legend(handles=_legend_handles(grid), fontsize=6, loc="upper left")
         ax.set_xlabel("parallel agents per prompt")
-        if i == 0:
+        if i == 0 or GROUP_ROLES.get(wfs[i - 1]) is None:
             ax.set_ylabel("amplification\n(norm / single-agent roles')")
         ax.grid(alpha=0.3)
     fig.suptitle("Role-level gradients under Isolated-Policy; amplification of parallel agents", fontsize=10)
@@ -388,10 +395,25 @@ def shared_capture(data: Data, grid: Grid) -> plt.Figure:
         for c, task in enumerate(grid.tasks):
             ax = axes[r][c]
             ax.set_title(f"{_wf(wf)} / {task}", fontsize=9)
+            ax.set_ylim(0, 1)
+            if r == nr - 1:
+                ax.set_xlabel("training step")
+            if c == 0:
+                ax.set_ylabel("share of squared grad")
             g = _sel(g_sh, workflow=wf, task=task)
             if not len(g):
                 ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
                 continue
+            runs = _sel(s_sh, workflow=wf, task=task)
+            caught = runs[runs["capture_step"].notna()] if "capture_step" in runs else runs.iloc[0:0]
+            label = "no capture"
+            if len(caught):  # average the runs the most frequent capturer took, so capture is not averaged away
+                role = caught["capture_role"].mode().iloc[0]
+                caught = caught[caught["capture_role"] == role]
+                g = g[g["run"].isin(set(caught["run"]))]
+                step = float(caught["capture_step"].median())
+                ax.axvline(step, color="black", lw=1.2, ls="--")
+                label = f"captured by {role}: {len(caught)}/{runs['run'].nunique()} runs (shown)"
             roles = _roles(g)
             all_roles += [x for x in roles if x not in all_roles]
             lines = {role: _binned_mean(_sel(g, role=role).dropna(subset=["grad_sq_share"]), "grad_sq_share")
@@ -399,29 +421,15 @@ def shared_capture(data: Data, grid: Grid) -> plt.Figure:
             frame = pd.DataFrame(lines).sort_index().fillna(0.0)
             ax.stackplot(frame.index, frame.T.values, colors=[ROLE_COLOURS.get(x, "0.5") for x in roles], alpha=0.85)
             ax.axhline(data.capture_share, color="black", lw=0.7, ls=":")
-            runs = _sel(s_sh, workflow=wf, task=task)
-            caught = runs[runs["capture_step"].notna()] if "capture_step" in runs else runs.iloc[0:0]
-            if len(caught):
-                step = float(caught["capture_step"].median())
-                role = caught["capture_role"].mode().iloc[0]
-                ax.axvline(step, color="black", lw=1.2, ls="--")
-                ax.text(step, 1.02, f"captured by {role}: {len(caught)}/{len(runs)} runs", fontsize=6.5,
-                        ha="center", va="bottom", transform=ax.get_xaxis_transform(), clip_on=False)
-            elif len(runs):
-                ax.text(0.98, 1.02, "no capture", fontsize=6.5, ha="right", va="bottom", transform=ax.transAxes)
-            ax.set_ylim(0, 1)
+            ax.text(0.02, 0.96, label, fontsize=6.5, ha="left", va="top", transform=ax.transAxes,
+                    bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5))
             ax.margins(x=0)
-            if r == nr - 1:
-                ax.set_xlabel("training step")
-            if c == 0:
-                ax.set_ylabel("share of squared grad")
-    for ax in axes.ravel():
-        ax.title.set_position((0.5, 1.12))
     handles = [plt.Rectangle((0, 0), 1, 1, color=ROLE_COLOURS.get(x, "0.5"), label=x) for x in all_roles]
     handles += [Line2D([], [], color="black", ls="--", label="median capture step"),
                 Line2D([], [], color="black", ls=":", lw=0.7, label=f"capture share {data.capture_share:g}")]
     fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
-    fig.suptitle("Who takes the gradient of a Shared policy (mean over runs)", fontsize=10)
+    fig.suptitle("Who takes the gradient of a Shared policy (mean over the runs its most frequent capturer took)",
+                 fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.84, 1))
     return fig
 
