@@ -19,6 +19,8 @@ rule analyse:
         ],
     conda:
         "../envs/analysis.yaml"
+    benchmark:
+        f"{RESULTS}/benchmarks/analyse.tsv"
     log:
         f"{RESULTS}/logs/analyse.log",
     params:

@@ -14,6 +14,8 @@ rule figures:
         pdf=[f"{RESULTS}/figures/{name}.pdf" for name in FIGURE_NAMES],
     conda:
         "../envs/analysis.yaml"
+    benchmark:
+        f"{RESULTS}/benchmarks/figures.tsv"
     log:
         f"{RESULTS}/logs/figures.log",
     params:
