@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as mticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
@@ -325,7 +326,7 @@ def _binned_mean(g: pd.DataFrame, value: str, bins: int = 50) -> pd.Series:
 
 # 5 -------------------------------------------------------------------------------------------------------------
 def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
-    """Top: per-role gradient norm over training under Isolated (mean over runs, log scale), one panel per workflow.
+    """Top: per-role gradient norm over training under Isolated (mean over runs, log scale if wide), one panel per workflow.
     Bottom: amplification (a same-role group's gradient norm over the single-agent roles') against parallel agents."""
     wfs = grid.multi or grid.workflows
     fig, axes = plt.subplots(2, len(wfs), figsize=(3.8 * len(wfs), 6.4), squeeze=False)
@@ -339,8 +340,13 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
         for role in _roles(g):
             m = _binned_mean(_sel(g, role=role).dropna(subset=["grad_norm"]), "grad_norm")
             ax.plot(m.index, m.values, color=ROLE_COLOURS.get(role, "0.3"), lw=1.3, label=role)
-        if len(g):
+        lo, hi = ax.get_ylim()
+        if len(g) and lo > 0 and hi / lo > 2:  # log only where it spreads the lines; narrow ranges stay linear
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(mticker.LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+            ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(mticker.NullFormatter())
+        if len(g):
             ax.legend(fontsize=7, loc="upper left")
         ax.set_xlabel("training step")
         if i == 0:
@@ -350,12 +356,12 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
         ax = axes[1][i]
         amp = _sel(data.amplification, workflow=wf)
         group = GROUP_ROLES.get(wf, (None, None))[0]
-        ax.axhline(1.0, color="0.4", lw=0.8, ls=":")
         if group is None:
             ax.text(0.5, 0.5, f"{_wf(wf)}:\nno parallel same-role agents", transform=ax.transAxes, **MISSING)
             ax.set_axis_off()
             continue
-        elif not len(amp):
+        ax.axhline(1.0, color="0.4", lw=0.8, ls=":")
+        if not len(amp):
             ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
         else:
             a = amp[amp["group_role"].astype(bool)]
