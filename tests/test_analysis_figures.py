@@ -31,6 +31,9 @@ def test_figures_render_with_missing_cells_and_a_corrupt_run(workdir):
     corrupt = "eval_opt-code-tiny-isolated-s0"
     done = json.loads((runs_dir / corrupt / "done.json").read_text())
     (runs_dir / corrupt / "done.json").write_text(json.dumps({**done, "steps_done": 80, "steps_expected": 80}))
+    truncated = "voting-code-tiny-shared-s1"  # partial logs: a parquet cut short
+    eval_parquet = runs_dir / truncated / "eval.parquet"
+    eval_parquet.write_bytes(eval_parquet.read_bytes()[:200])
 
     dry = snakemake("figures", "-n", "--config", SEEDS, cwd=workdir).stdout
     assert "rule train" not in dry and "rule analyse" in dry
@@ -47,14 +50,16 @@ def test_figures_render_with_missing_cells_and_a_corrupt_run(workdir):
         assert (results / f"summary.{ext}").stat().st_size > 100
 
     summary = pd.read_parquet(results / "summary.parquet")
-    assert set(summary["run"]) == set(written) - {corrupt}
+    assert set(summary["run"]) == set(written) - {corrupt, truncated}
     assert summary.loc[summary["workflow"] != "single", "gain_vs_single_terminal"].notna().all()
     skipped = pd.read_csv(results / "tables" / "skipped_runs.csv")
     left_out = skipped[skipped["status"] == "left out"]
-    assert list(left_out["run"]) == [corrupt] and "train.parquet ends at step 60" in left_out["reason"].iloc[0]
+    reasons = dict(zip(left_out["run"], left_out["reason"]))
+    assert set(reasons) == {corrupt, truncated}
+    assert "train.parquet ends at step 60" in reasons[corrupt] and "cannot read eval.parquet" in reasons[truncated]
     assert set(skipped[skipped["status"] == "missing"]["run"]) == set(missing)
     log = (results / "logs" / "analyse.log").read_text()
-    assert f"left out: {corrupt}" in log and f"{len(missing)} runs not finished" in log
+    assert f"left out: {corrupt}" in log and f"left out: {truncated}" in log and f"{len(missing)} runs not finished" in log
 
     pairs = pd.read_csv(results / "tables" / "isolated_vs_shared.csv")
     assert "all" in set(pairs["workflow"]) and pairs["n_pairs"].max() >= 2
