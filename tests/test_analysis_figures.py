@@ -72,3 +72,12 @@ def test_figures_render_with_missing_cells_and_a_corrupt_run(workdir):
     for name in ("accuracy_curves", "shared_capture", "isolated_vs_shared", "skipped_runs"):
         assert name in html, name
 
+
+
+def test_figures_with_no_finished_run_draw_every_cell_missing(workdir):
+    snakemake("figures", "--cores", "1", cwd=workdir)
+    results = workdir / "results"
+    for name in FIGURES:
+        assert (results / "figures" / f"{name}.png").stat().st_size > 5000, name
+    skipped = pd.read_csv(results / "tables" / "skipped_runs.csv")
+    assert len(skipped) == len(demo_runs(workdir)) // 2 and set(skipped["status"]) == {"missing"}
