@@ -1,8 +1,7 @@
 """Command line of the analysis: what the Snakemake rules call.
 
-    python -m analysis summarize --run-dir results/runs/RUN --analysis JSON --out results/summaries/RUN.parquet
-    python -m analysis collect --expected RUN... --out results/summary.parquet --csv results/summary.csv -- ROWS...
-    python -m analysis figures --summary results/summary.parquet --runs-dir results/runs --out-dir results/figures
+    python -m analysis analyse --results results --analysis JSON --expected RUN... -- RUN_DIR...
+    python -m analysis figures --results results --out-dir results/figures --expected RUN...
 """
 
 from __future__ import annotations
@@ -10,12 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import pandas as pd
 
+from analysis.analyse import analyse
 from analysis.figures import render_all
-from analysis.summary import collect, summarize_run
 from trainer.schema import parse_run_id
 
 
@@ -28,42 +26,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("summarize", help="one run's summary rows")
-    p.add_argument("--run-dir", required=True)
+    p = sub.add_parser("analyse", help="every finished run in one pass: summary and question tables")
+    p.add_argument("--results", required=True, help="the results directory to write into")
     p.add_argument("--analysis", type=json.loads, default={}, help="config.yaml's `analysis` section as JSON")
-    p.add_argument("--out", required=True)
-    p = sub.add_parser("collect", help="gather summary rows into one table")
     p.add_argument("--expected", nargs="*", default=[], help="every run id of the matrix")
-    p.add_argument("--out", required=True)
-    p.add_argument("--csv", required=True)
-    p.add_argument("rows", nargs="*", help="per-run summary parquet files")
-    p = sub.add_parser("figures", help="render every figure")
-    p.add_argument("--summary", required=True)
-    p.add_argument("--runs-dir", required=True)
+    p.add_argument("run_dirs", nargs="*", help="finished run directories")
+    p = sub.add_parser("figures", help="render every figure from `analyse`'s tables")
+    p.add_argument("--results", required=True, help="the results directory `analyse` wrote")
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--analysis", type=json.loads, default={}, help="config.yaml's `analysis` section as JSON")
     p.add_argument("--expected", nargs="*", default=[])
     args = parser.parse_args(argv)
 
-    if args.command == "summarize":
-        rows = summarize_run(args.run_dir, args.analysis)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        rows.to_parquet(args.out, index=False)
-        for problem in rows["problem"].dropna():
-            print(f"warning: left out of the analysis: {problem}", file=sys.stderr)
-    elif args.command == "collect":
-        summary, missing, left_out = collect(args.rows, args.expected)
-        summary.to_parquet(args.out, index=False)
-        summary.to_csv(args.csv, index=False)
-        print(f"{summary['run'].nunique() if len(summary) else 0} runs summarised into {args.out}", file=sys.stderr)
-        if missing:
-            print(f"{len(missing)} runs not finished (missing cells): {' '.join(missing)}", file=sys.stderr)
-        for line in left_out:
-            print(f"left out: {line}", file=sys.stderr)
+    if args.command == "analyse":
+        analyse(args.run_dirs, args.expected, args.analysis, args.results)
     elif args.command == "figures":
-        summary = pd.read_parquet(args.summary)
         expected = expected_axes(args.expected) if args.expected else None
-        for path in render_all(summary, args.runs_dir, args.out_dir, expected):
-            print(path)
+        render_all(args.results, args.out_dir, expected, capture_share=args.analysis.get("capture_share", 0.6))
     return 0
 
 

@@ -1,91 +1,469 @@
-"""The study's figures, from parquet alone. One colour per policy, one marker per scale."""
+"""The study's figures, from the tables `analysis analyse` writes (parquet alone).
+
+One colour per policy, one marker per scale, one colour per role, the same in every figure; cells of the
+matrix with no analysed run are drawn as labelled "missing" gaps.
+"""
 
 from __future__ import annotations
 
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as mticker  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
-from trainer import schema  # noqa: E402
+from analysis.names import FIGURE_FORMATS, GROUP_ROLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER  # noqa: E402
 
 POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
+POLICY_ORDER = ["shared", "isolated"]
 SCALE_MARKERS = ["o", "s", "^", "D", "v", "P"]
-WORKFLOW_ORDER = ["single", "eval_opt", "voting", "orch_workers"]
-WORKFLOW_NAMES = {"single": "Single agent", "eval_opt": "Evaluator-Optimizer", "voting": "Voting",
-                  "orch_workers": "Orchestrator-Workers"}
+ROLE_COLOURS = {"generator": "#2ca02c", "evaluator": "#9467bd", "aggregator": "#ff7f0e", "orchestrator": "#8c564b",
+                "worker": "#17becf", "synthesizer": "#e377c2"}
+MISSING = dict(ha="center", va="center", color="0.45", fontsize=8, style="italic")
 
 
-def load_curves(summary: pd.DataFrame, runs_dir: str | Path) -> pd.DataFrame:
-    """The eval rows of every run in the summary, with the run's axes."""
-    frames = []
-    for run, g in summary.groupby("run"):
-        evals = pd.read_parquet(Path(runs_dir) / run / schema.EVAL_PARQUET, columns=["step", "split", "accuracy"])
-        meta = g.iloc[0]
-        frames.append(evals.assign(run=run, **{a: meta[a] for a in ("workflow", "task", "scale", "policy", "seed")}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+@dataclass
+class Grid:
+    """The matrix's axes: what every figure lays out, whether or not a run exists."""
+
+    workflows: list[str]
+    tasks: list[str]
+    scales: list[str]
+    policies: list[str]
+
+    @property
+    def markers(self) -> dict[str, str]:
+        return {s: SCALE_MARKERS[i % len(SCALE_MARKERS)] for i, s in enumerate(self.scales)}
+
+    @property
+    def multi(self) -> list[str]:
+        return [w for w in self.workflows if w != "single"]
+
+
+@dataclass
+class Data:
+    """What the figures read: the per-run summary and `analyse`'s intermediate tables (primary split)."""
+
+    summary: pd.DataFrame
+    curves: pd.DataFrame
+    gradients: pd.DataFrame
+    amplification: pd.DataFrame
+    capture_share: float = 0.6
+
+
+def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
+    grid = expected if expected is not None and len(expected) else summary
+    has = len(grid) > 0
+    present = set(grid["workflow"]) if has else set()
+    return Grid(workflows=[w for w in WORKFLOW_ORDER if w in present] or ["single"],
+                tasks=sorted(set(grid["task"])) if has else ["math"],
+                scales=sorted(set(grid["scale"])) if has else [],
+                policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER)
+
+
+def load(results: str | Path) -> Data:
+    """The tables of a results directory, primary eval split only."""
+    results = Path(results)
+    summary = pd.read_parquet(results / "summary.parquet")
+    if "primary" in summary:
+        summary = summary[summary["primary"].astype(bool)]
+    curves = pd.read_parquet(results / "analysis" / "curves.parquet")
+    if "primary" in curves:
+        curves = curves[curves["primary"].astype(bool)]
+    return Data(summary, curves, pd.read_parquet(results / "analysis" / "gradients.parquet"),
+                pd.read_parquet(results / "analysis" / "amplification.parquet"))
 
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.{ext}" for ext in ("png", "pdf")]
+    paths = [out_dir / f"{name}.{ext}" for ext in FIGURE_FORMATS]
     for p in paths:
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+        fig.savefig(p, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return paths
 
 
-def accuracy_curves(summary: pd.DataFrame, curves: pd.DataFrame, out_dir: Path,
-                    workflows: list[str], tasks: list[str], scales: list[str]) -> list[Path]:
-    """Rows = workflow, columns = task; a line per scale and policy (mean over seeds, min-max band),
-    the base accuracy dashed; cells with no finished run are labelled missing."""
-    fig, axes = plt.subplots(len(workflows), len(tasks), figsize=(4.2 * len(tasks), 2.8 * len(workflows)),
-                             squeeze=False, sharex=True, sharey=True)
-    markers = {s: SCALE_MARKERS[i % len(SCALE_MARKERS)] for i, s in enumerate(scales)}
-    for r, wf in enumerate(workflows):
-        for c, task in enumerate(tasks):
+def _wf(w: str) -> str:
+    return WORKFLOW_NAMES.get(w, w)
+
+
+def _legend_handles(grid: Grid, policies: list[str] | None = None, lines: bool = False) -> list[Line2D]:
+    """Policy colours then scale markers: the key every figure shares."""
+    hs = [Line2D([], [], color=POLICY_COLOURS[p], lw=2 if lines else 0, marker=None if lines else "o", ms=7,
+                 label=f"{p} policy") for p in (policies or grid.policies)]
+    hs += [Line2D([], [], color="0.3", lw=0, marker=m, ms=6, label=s) for s, m in grid.markers.items()]
+    return hs
+
+
+def _sel(df: pd.DataFrame, **kw) -> pd.DataFrame:
+    if not len(df):
+        return df
+    mask = np.ones(len(df), dtype=bool)
+    for k, v in kw.items():
+        mask &= (df[k] == v).to_numpy()
+    return df[mask]
+
+
+# 1 -------------------------------------------------------------------------------------------------------------
+def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
+    """Rows = workflow, columns = task; a line per scale and policy (mean over seeds, band = +-1 std over seeds),
+    base accuracy dashed."""
+    nr, nc = len(grid.workflows), len(grid.tasks)
+    fig, axes = plt.subplots(nr, nc, figsize=(4.4 * nc, 2.6 * nr + 0.8), squeeze=False, sharex=True, sharey=True)
+    curves = data.curves
+    for r, wf in enumerate(grid.workflows):
+        for c, task in enumerate(grid.tasks):
             ax = axes[r][c]
-            cell = curves[(curves["workflow"] == wf) & (curves["task"] == task)] if len(curves) else curves
-            if not len(cell):
-                ax.text(0.5, 0.5, "missing", transform=ax.transAxes, ha="center", va="center", color="0.5")
-                ax.set_title(f"{WORKFLOW_NAMES.get(wf, wf)} / {task}", fontsize=9)
-            else:
-                split = sorted(cell["split"].unique())[0]  # the task's first eval split
-                cell = cell[cell["split"] == split]
-                for (scale, policy), g in cell.groupby(["scale", "policy"]):
-                    by_step = g.groupby("step")["accuracy"]
-                    mean = by_step.mean()
-                    colour = POLICY_COLOURS.get(policy, "0.3")
-                    ax.plot(mean.index, mean.values, color=colour, marker=markers.get(scale, "o"), ms=3.5, lw=1.4,
-                            label=f"{policy}, {scale}")
+            ax.set_title(f"{_wf(wf)} / {task}", fontsize=9)
+            cell = _sel(curves, workflow=wf, task=task)
+            missing = []
+            for scale in grid.scales:
+                for policy in grid.policies:
+                    if wf == "single" and policy != "shared":
+                        continue
+                    g = _sel(cell, scale=scale, policy=policy)
+                    if not len(g):
+                        missing.append(f"{scale}/{policy}")
+                        continue
+                    by = g.groupby("step")["accuracy"]
+                    mean, std = by.mean(), by.std().fillna(0.0)
+                    colour = POLICY_COLOURS[policy]
+                    ax.plot(mean.index, mean.values, color=colour, marker=grid.markers[scale], ms=3.5, lw=1.2,
+                            markevery=max(len(mean) // 8, 1))
                     if g["seed"].nunique() > 1:
-                        ax.fill_between(mean.index, by_step.min().values, by_step.max().values, color=colour,
-                                        alpha=0.15, lw=0)
+                        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour,
+                                        alpha=0.13, lw=0)
                     base = g[g["step"] == 0]["accuracy"].mean()
-                    ax.axhline(base, color=colour, ls="--", lw=0.9, alpha=0.7)
-                ax.set_title(f"{WORKFLOW_NAMES.get(wf, wf)} / {task} ({split})", fontsize=9)
-                ax.legend(fontsize=7, loc="best")
-            if r == len(workflows) - 1:
+                    if base == base:
+                        ax.axhline(base, color=colour, ls="--", lw=0.8, alpha=0.6)
+            if missing and not len(cell):
+                ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
+            elif missing:
+                ax.text(0.02, 0.03, "missing: " + ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else ""),
+                        transform=ax.transAxes, ha="left", va="bottom", color="0.45", fontsize=6, style="italic")
+            if r == nr - 1:
                 ax.set_xlabel("training step")
             if c == 0:
-                ax.set_ylabel("accuracy")
+                ax.set_ylabel("eval accuracy")
             ax.grid(alpha=0.3)
-    fig.suptitle("Eval accuracy over training (dashed: base model)", fontsize=11)
+    handles = _legend_handles(grid, lines=True) + [Line2D([], [], color="0.3", ls="--", lw=0.8, label="base model")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle("Eval accuracy over training (mean over seeds, band: ±1 std; dashed: base model)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def _cells(grid: Grid, workflows: list[str]) -> list[tuple[str, str, str]]:
+    return [(wf, task, scale) for wf in workflows for task in grid.tasks for scale in grid.scales]
+
+
+# 2 -------------------------------------------------------------------------------------------------------------
+def peak_vs_terminal(data: Data, grid: Grid) -> plt.Figure:
+    """Per cell a dumbbell from peak (filled) to terminal (open) accuracy, mean over seeds; Shared above Isolated."""
+    wfs = grid.workflows
+    fig, axes = plt.subplots(1, len(wfs), figsize=(3.3 * len(wfs), 0.45 * len(grid.tasks) * len(grid.scales) + 1.6),
+                             squeeze=False, sharex=True)
+    s = data.summary
+    means = s.groupby(["workflow", "task", "scale", "policy"])[["peak_acc", "terminal_acc", "base_acc"]].mean() \
+        if len(s) else pd.DataFrame()
+    labels = [f"{t} / {sc}" for t in grid.tasks for sc in grid.scales]
+    for i, wf in enumerate(wfs):
+        ax = axes[0][i]
+        policies = ["shared"] if wf == "single" else grid.policies
+        for y, (task, scale) in enumerate((t, sc) for t in grid.tasks for sc in grid.scales):
+            for j, policy in enumerate(policies):
+                off = 0.0 if len(policies) == 1 else (0.17 if policy == "shared" else -0.17)
+                key = (wf, task, scale, policy)
+                yy = len(labels) - 1 - y + off
+                if key not in means.index:
+                    ax.text(0.5, yy, f"{policy}: missing", transform=ax.get_yaxis_transform(), **{**MISSING,
+                            "fontsize": 6})
+                    continue
+                row = means.loc[key]
+                colour = POLICY_COLOURS[policy]
+                ax.plot([row["peak_acc"], row["terminal_acc"]], [yy, yy], color=colour, lw=1.5, alpha=0.8)
+                ax.plot(row["peak_acc"], yy, marker=grid.markers[scale], color=colour, ms=6)
+                ax.plot(row["terminal_acc"], yy, marker=grid.markers[scale], color=colour, ms=6, mfc="white")
+                ax.plot(row["base_acc"], yy, marker="|", color="0.3", ms=8)
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels(labels[::-1] if i == 0 else [""] * len(labels), fontsize=7)
+        ax.set_ylim(-0.6, len(labels) - 0.4)
+        ax.set_title(_wf(wf), fontsize=9)
+        ax.set_xlabel("accuracy")
+        ax.grid(axis="x", alpha=0.3)
+    handles = _legend_handles(grid) + [
+        Line2D([], [], color="0.3", marker="o", lw=0, label="peak (filled)"),
+        Line2D([], [], color="0.3", marker="o", mfc="white", lw=0, label="terminal (open)"),
+        Line2D([], [], color="0.3", marker="|", lw=0, ms=8, label="base")]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=7, frameon=False)
+    fig.suptitle("Peak vs terminal accuracy per cell (mean over seeds)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def _heat(ax: plt.Axes, mat: np.ndarray, rows: list[str], cols: list[str], vmax: float, cmap: str, fmt: str,
+          vmin: float | None = None) -> matplotlib.image.AxesImage:
+    """A heatmap with values written in, NaN cells hatched grey and labelled missing."""
+    vmin = -vmax if vmin is None else vmin
+    im = ax.imshow(np.ma.masked_invalid(mat), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    for (i, j), v in np.ndenumerate(mat):
+        if np.isnan(v):
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=True, fc="0.93", hatch="//", ec="0.75", lw=0))
+            ax.text(j, i, "missing", **{**MISSING, "fontsize": 6})
+        else:
+            r, g, b, _ = im.cmap(im.norm(v))
+            dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
+            ax.text(j, i, format(v, fmt), ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels(cols, rotation=35, ha="right", fontsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(rows, fontsize=7)
+    return im
+
+
+# 3 -------------------------------------------------------------------------------------------------------------
+def gain_heatmaps(data: Data, grid: Grid) -> plt.Figure:
+    """Gain over base (peak, terminal), workflow x (task, scale), one panel per policy; mean over seeds."""
+    s = data.summary
+    means = s.groupby(["workflow", "task", "scale", "policy"])[["gain_peak", "gain_terminal"]].mean() \
+        if len(s) else pd.DataFrame()
+    cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
+    vals = means.to_numpy().ravel() if len(means) else np.array([0.1])
+    vmax = max(float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 0.1, 0.01)
+    fig, axes = plt.subplots(2, len(grid.policies), figsize=(0.9 * len(cols) * len(grid.policies) + 4.5,
+                                                              0.55 * len(grid.workflows) * 2 + 3.4), squeeze=False,
+                             layout="constrained")
+    im = None
+    for r, gain in enumerate(["gain_peak", "gain_terminal"]):
+        for c, policy in enumerate(grid.policies):
+            wfs = [w for w in grid.workflows if not (w == "single" and policy != "shared")]
+            mat = np.full((len(wfs), len(cols)), np.nan)
+            for i, wf in enumerate(wfs):
+                for j, (t, sc) in enumerate(cols):
+                    if (wf, t, sc, policy) in means.index:
+                        mat[i, j] = means.loc[(wf, t, sc, policy), gain]
+            ax = axes[r][c]
+            im = _heat(ax, mat, [_wf(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], vmax, "RdBu_r", "+.2f")
+            ax.set_title(f"{policy} policy: {gain.replace('_', ' ')}", fontsize=9, color=POLICY_COLOURS[policy])
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="accuracy gain over base")
+    fig.suptitle("Gain over the base model (mean over seeds)", fontsize=10)
+    return fig
+
+
+# 4 -------------------------------------------------------------------------------------------------------------
+def cliffs(data: Data, grid: Grid) -> plt.Figure:
+    """Cliff incidence (fraction of seeds) per cell and policy; the cliff step (fraction of training) by workflow."""
+    s = data.summary
+    rate = s.groupby(["workflow", "task", "scale", "policy"])["cliff"].mean() if len(s) else pd.Series(dtype=float)
+    cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
+    fig = plt.figure(figsize=(0.8 * len(cols) * len(grid.policies) + 5.0, 0.55 * len(grid.workflows) + 3.0),
+                     layout="constrained")
+    gs = fig.add_gridspec(1, len(grid.policies) + 1, width_ratios=[1] * len(grid.policies) + [1.3])
+    im = None
+    for c, policy in enumerate(grid.policies):
+        ax = fig.add_subplot(gs[0, c])
+        wfs = [w for w in grid.workflows if not (w == "single" and policy != "shared")]
+        mat = np.full((len(wfs), len(cols)), np.nan)
+        for i, wf in enumerate(wfs):
+            for j, (t, sc) in enumerate(cols):
+                if (wf, t, sc, policy) in rate.index:
+                    mat[i, j] = rate.loc[(wf, t, sc, policy)]
+        im = _heat(ax, mat, [_wf(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], 1.0, "Reds", ".2f", vmin=0.0)
+        ax.set_title(f"cliff rate, {policy} policy", fontsize=9, color=POLICY_COLOURS[policy])
+    heat_axes = list(fig.axes)
+    fig.colorbar(im, ax=heat_axes, shrink=0.8, label="fraction of seeds with a cliff", location="bottom",
+                 aspect=40)
+    ax = fig.add_subplot(gs[0, -1])
+    cl = s[s["cliff"].astype(bool)] if len(s) else s
+    rng = np.random.default_rng(0)
+    for i, wf in enumerate(grid.workflows):
+        for policy in grid.policies:
+            off = -0.15 if policy == "shared" else 0.15
+            for scale in grid.scales:
+                g = _sel(cl, workflow=wf, policy=policy, scale=scale)
+                if not len(g):
+                    continue
+                x = (g["cliff_step"] / g["max_steps"]).to_numpy(dtype=float)
+                y = i + off + rng.uniform(-0.08, 0.08, len(x))
+                ax.scatter(x, y, color=POLICY_COLOURS[policy], marker=grid.markers[scale], s=18, alpha=0.8)
+        if not len(_sel(cl, workflow=wf)):
+            ax.text(0.5, i, "no cliffs" if len(_sel(s, workflow=wf)) else "missing", **MISSING)
+    ax.set_yticks(range(len(grid.workflows)))
+    ax.set_yticklabels([_wf(w) for w in grid.workflows], fontsize=7)
+    ax.set_ylim(len(grid.workflows) - 0.5, -0.5)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("cliff step / training steps")
+    ax.set_title("when cliffs happen", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(handles=_legend_handles(grid), fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    fig.suptitle("Cliffs: a drop from the peak sustained to the end", fontsize=10)
+    return fig
+
+
+def _roles(df: pd.DataFrame) -> list[str]:
+    present = set(df["role"]) if len(df) else set()
+    return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
+
+
+def _binned_mean(g: pd.DataFrame, value: str, bins: int = 50) -> pd.Series:
+    """Mean of `value` per step over runs, on at most `bins` step bins (keeps lines readable and fast)."""
+    steps = g["step"].to_numpy()
+    width = max(int(math.ceil((steps.max() - steps.min() + 1) / bins)), 1)
+    b = (steps - 1) // width * width + width / 2
+    return g.groupby(b)[value].mean()
+
+
+# 5 -------------------------------------------------------------------------------------------------------------
+def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
+    """Top: per-role gradient norm over training under Isolated (mean over runs, log scale if wide), one panel per workflow.
+    Bottom: amplification (a same-role group's gradient norm over the single-agent roles') against parallel agents."""
+    wfs = grid.multi or grid.workflows
+    fig, axes = plt.subplots(2, len(wfs), figsize=(3.8 * len(wfs), 6.4), squeeze=False)
+    g_iso = _sel(data.gradients, policy="isolated")
+    for i, wf in enumerate(wfs):
+        ax = axes[0][i]
+        g = _sel(g_iso, workflow=wf)
+        ax.set_title(f"{_wf(wf)}: grad norm (isolated)", fontsize=9)
+        if not len(g):
+            ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
+        for role in _roles(g):
+            m = _binned_mean(_sel(g, role=role).dropna(subset=["grad_norm"]), "grad_norm")
+            ax.plot(m.index, m.values, color=ROLE_COLOURS.get(role, "0.3"), lw=1.3, label=role)
+        lo, hi = ax.get_ylim()
+        if len(g) and lo > 0 and hi / lo > 2:  # log only where it spreads the lines; narrow ranges stay linear
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(mticker.LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+            ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(mticker.NullFormatter())
+        if len(g):
+            ax.legend(fontsize=7, loc="upper left")
+        ax.set_xlabel("training step")
+        if i == 0:
+            ax.set_ylabel("gradient norm (pre-clip)")
+        ax.grid(alpha=0.3)
+
+        ax = axes[1][i]
+        amp = _sel(data.amplification, workflow=wf)
+        group = GROUP_ROLES.get(wf, (None, None))[0]
+        if group is None:
+            ax.text(0.5, 0.5, f"{_wf(wf)}:\nno parallel same-role agents", transform=ax.transAxes, **MISSING)
+            ax.set_axis_off()
+            continue
+        ax.axhline(1.0, color="0.4", lw=0.8, ls=":")
+        if not len(amp):
+            ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
+        else:
+            a = amp[amp["group_role"].astype(bool)]
+            for policy in grid.policies:
+                for scale in grid.scales:
+                    p = _sel(a, policy=policy, scale=scale)
+                    if len(p):
+                        ax.scatter(p["parallel_agents"], p["amplification"], color=POLICY_COLOURS[policy],
+                                   marker=grid.markers[scale], s=22, alpha=0.75)
+                p = _sel(a, policy=policy)
+                if len(p) > 1 and p["parallel_agents"].nunique() > 1:
+                    m = p.groupby("parallel_agents")["amplification"].mean()
+                    ax.plot(m.index, m.values, color=POLICY_COLOURS[policy], lw=1, alpha=0.7)
+            ax.set_title(f"{_wf(wf)}: {group}s vs parallel agents", fontsize=9)
+            ax.legend(handles=_legend_handles(grid), fontsize=6, loc="upper left")
+        ax.set_xlabel("parallel agents per prompt")
+        if i == 0 or GROUP_ROLES.get(wfs[i - 1]) is None:
+            ax.set_ylabel("amplification\n(norm / single-agent roles')")
+        ax.grid(alpha=0.3)
+    fig.suptitle("Role-level gradients under Isolated-Policy; amplification of parallel agents", fontsize=10)
     fig.tight_layout()
-    return _save(fig, out_dir, "accuracy_curves")
+    return fig
 
 
-def render_all(summary: pd.DataFrame, runs_dir: str | Path, out_dir: str | Path,
-               expected: pd.DataFrame | None = None) -> list[Path]:
-    """Every figure; `expected` (the matrix's axes) decides the grid, so missing cells show as gaps."""
-    out_dir = Path(out_dir)
-    grid = expected if expected is not None and len(expected) else summary
-    present = set(grid["workflow"]) if len(grid) else set()
-    workflows = [w for w in WORKFLOW_ORDER if w in present] or ["single"]
-    tasks = sorted(set(grid["task"])) if len(grid) else ["math"]
-    scales = sorted(set(grid["scale"])) if len(grid) else []
-    curves = load_curves(summary, runs_dir) if len(summary) else pd.DataFrame()
-    return accuracy_curves(summary, curves, out_dir, workflows, tasks, scales)
+# 6 -------------------------------------------------------------------------------------------------------------
+def shared_capture(data: Data, grid: Grid) -> plt.Figure:
+    """Per-role share of the shared policy's squared gradient over training (stacked, mean over runs), rows =
+    workflow, columns = task; the median capture step marked, with the role that captures most runs."""
+    wfs = grid.multi or grid.workflows
+    nr, nc = len(wfs), len(grid.tasks)
+    fig, axes = plt.subplots(nr, nc, figsize=(4.2 * nc + 1.6, 2.3 * nr + 0.6), squeeze=False, sharex=True,
+                             sharey=True)
+    g_sh = _sel(data.gradients, policy="shared")
+    s_sh = _sel(data.summary, policy="shared")
+    all_roles: list[str] = []
+    for r, wf in enumerate(wfs):
+        for c, task in enumerate(grid.tasks):
+            ax = axes[r][c]
+            ax.set_title(f"{_wf(wf)} / {task}", fontsize=9)
+            ax.set_ylim(0, 1)
+            if r == nr - 1:
+                ax.set_xlabel("training step")
+            if c == 0:
+                ax.set_ylabel("share of squared grad")
+            g = _sel(g_sh, workflow=wf, task=task)
+            if not len(g):
+                ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
+                continue
+            runs = _sel(s_sh, workflow=wf, task=task)
+            caught = runs[runs["capture_step"].notna()] if "capture_step" in runs else runs.iloc[0:0]
+            label = "no capture"
+            if len(caught):  # average the runs the most frequent capturer took, so capture is not averaged away
+                role = caught["capture_role"].mode().iloc[0]
+                caught = caught[caught["capture_role"] == role]
+                g = g[g["run"].isin(set(caught["run"]))]
+                step = float(caught["capture_step"].median())
+                ax.axvline(step, color="black", lw=1.2, ls="--")
+                label = f"captured by {role}: {len(caught)}/{runs['run'].nunique()} runs (shown)"
+            roles = _roles(g)
+            all_roles += [x for x in roles if x not in all_roles]
+            lines = {role: _binned_mean(_sel(g, role=role).dropna(subset=["grad_sq_share"]), "grad_sq_share")
+                     for role in roles}
+            frame = pd.DataFrame(lines).sort_index().fillna(0.0)
+            ax.stackplot(frame.index, frame.T.values, colors=[ROLE_COLOURS.get(x, "0.5") for x in roles], alpha=0.85)
+            ax.axhline(data.capture_share, color="black", lw=0.7, ls=":")
+            ax.text(0.02, 0.96, label, fontsize=6.5, ha="left", va="top", transform=ax.transAxes,
+                    bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5))
+            ax.margins(x=0)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=ROLE_COLOURS.get(x, "0.5"), label=x) for x in all_roles]
+    handles += [Line2D([], [], color="black", ls="--", label="median capture step"),
+                Line2D([], [], color="black", ls=":", lw=0.7, label=f"capture share {data.capture_share:g}")]
+    fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
+    fig.suptitle("Who takes the gradient of a Shared policy (mean over the runs its most frequent capturer took)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
+    return fig
+
+
+FIGURE_FUNCTIONS: dict[str, Callable[[Data, Grid], plt.Figure]] = {
+    "accuracy_curves": accuracy_curves,
+    "peak_vs_terminal": peak_vs_terminal,
+    "gain_heatmaps": gain_heatmaps,
+    "cliffs": cliffs,
+    "isolated_gradients": isolated_gradients,
+    "shared_capture": shared_capture,
+}
+
+
+def render_all(results: str | Path, out_dir: str | Path, expected: pd.DataFrame | None = None,
+               capture_share: float = 0.6, log=sys.stderr) -> dict[str, float]:
+    """Every figure as PNG and PDF; `expected` (the matrix's axes) decides the grid, so missing cells show as
+    gaps. Returns seconds per stage (load, each figure) and logs them."""
+    t = time.perf_counter()
+    data = load(results)
+    data.capture_share = capture_share
+    grid = make_grid(expected, data.summary)
+    timings = {"figures_load": time.perf_counter() - t}
+    for name, fn in FIGURE_FUNCTIONS.items():
+        t = time.perf_counter()
+        for p in _save(fn(data, grid), Path(out_dir), name):
+            print(p, file=log)
+        timings[f"figure_{name}"] = time.perf_counter() - t
+    for k, v in timings.items():
+        print(f"timing {k} {v:.3f}s", file=log)
+    return timings

@@ -16,13 +16,14 @@ FIGURES = {
 }
 FIGURE_FORMATS = ("png", "pdf")
 
-# tables written by `collect`: stem -> report category
+# tables written by `analyse` into results/tables/: stem -> report category
 TABLES = {
     "summary": "Tables",            # one row per cell: mean and std over seeds
     "improves_on_base": "Questions",
     "isolated_vs_shared": "Questions",
     "variance_decomposition": "Questions",
     "failure_signatures": "Failure signatures",
+    "skipped_runs": "Runs",         # runs of the matrix not analysed: missing, or left out with why
 }
 TABLE_FORMATS = ("csv", "md", "tex", "html")
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analysis.names import AXES, CELL
-from analysis.runs import RunLogError, RunLogs, load_run
+from analysis.runs import RunLogError, RunLogs
 
-__all__ = ["RunLogError", "summarize_curve", "summarize_run", "check_run", "aggregate_seeds", "collect"]
+__all__ = ["RunLogError", "summarize_curve", "curve_rows", "add_single_baseline", "aggregate_seeds"]
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -72,22 +71,6 @@ def curve_rows(logs: RunLogs, analysis: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def summarize_run(run_dir: str | Path, analysis: dict[str, Any]) -> pd.DataFrame:
-    """One row per (run, eval split); a run with bad logs gives one row with `problem` set."""
-    run_dir = Path(run_dir)
-    try:
-        logs = load_run(run_dir)
-    except RunLogError as e:
-        return pd.DataFrame([{"run": run_dir.name, "problem": str(e)}])
-    return pd.DataFrame(curve_rows(logs, analysis)).assign(problem=None)
-
-
-def check_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
-    """The run's config and eval log, after checking that done.json matches its parquet."""
-    logs = load_run(run_dir)
-    return logs.config, logs.evals
-
-
 def add_single_baseline(summary: pd.DataFrame) -> pd.DataFrame:
     """gain_vs_single at base, peak and terminal: each cell against `single` of the same task, scale, seed, split."""
     keys = ["task", "scale", "seed", "split"]
@@ -115,16 +98,3 @@ def aggregate_seeds(summary: pd.DataFrame) -> pd.DataFrame:
     if "cliff_cause" in summary:
         out["cliff_causes"] = g["cliff_cause"].agg(lambda c: ", ".join(sorted(set(c.dropna()))))
     return out.reset_index()
-
-
-def collect(paths: list[str | Path], expected: list[str]) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """Gather per-run rows: (summary of good runs, runs expected but absent, runs left out with why)."""
-    frames = [pd.read_parquet(p) for p in paths]
-    allrows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run", "problem"])
-    bad = allrows[allrows["problem"].notna()]
-    good = allrows[allrows["problem"].isna()].drop(columns=["problem"])
-    left_out = [f"{r.run}: {r.problem}" for r in bad.itertuples()]
-    missing = [r for r in expected if r not in set(allrows["run"])]
-    if len(good):
-        good = add_single_baseline(good).sort_values(["workflow", "task", "scale", "policy", "seed", "split"])
-    return good.reset_index(drop=True), missing, left_out

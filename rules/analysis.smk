@@ -1,35 +1,33 @@
-# One summary row per run, gathered into results/summary.parquet (parquet in, parquet out).
+# The whole analysis in one job (one Python start for every run, not one per run): every finished run's
+# logs in, the per-run summary, the paper's summary table and the study's question tables out.
+from analysis.names import INTERMEDIATE, TABLES
 
 
-rule summarize_run:
+rule analyse:
     input:
-        summary_inputs,
-    output:
-        f"{RESULTS}/summaries/{{run}}.parquet",
-    conda:
-        "../envs/analysis.yaml"
-    log:
-        f"{RESULTS}/logs/summarize_run/{{run}}.log",
-    params:
-        run_dir=lambda w: run_dir(w.run),
-        analysis=analysis_arg(),
-    shell:
-        "python -m analysis summarize --run-dir {params.run_dir} --analysis {params.analysis}"
-        " --out {output} > {log} 2>&1"
-
-
-rule collect:
-    input:
-        [f"{RESULTS}/summaries/{r}.parquet" for r in ANALYSED_RUNS],
+        analysis_inputs(ANALYSED_RUNS),
     output:
         parquet=f"{RESULTS}/summary.parquet",
         csv=f"{RESULTS}/summary.csv",
+        md=f"{RESULTS}/summary.md",
+        tex=f"{RESULTS}/summary.tex",
+        intermediate=[f"{RESULTS}/analysis/{name}.parquet" for name in INTERMEDIATE],
+        tables=[f"{RESULTS}/tables/{name}.{ext}" for name in TABLES for ext in ("csv", "md")],
+        report_tables=[
+            report(f"{RESULTS}/tables/{name}.html", caption=f"report/table_{name}.rst", category=category)
+            for name, category in TABLES.items()
+        ],
     conda:
         "../envs/analysis.yaml"
+    benchmark:
+        f"{RESULTS}/benchmarks/analyse.tsv"
     log:
-        f"{RESULTS}/logs/collect.log",
+        f"{RESULTS}/logs/analyse.log",
     params:
+        run_dirs=" ".join(run_dir(r) for r in ANALYSED_RUNS),
         expected=" ".join(RUNS),
+        analysis=analysis_arg(),
+        results=RESULTS,
     shell:
-        "python -m analysis collect --expected {params.expected} --out {output.parquet} --csv {output.csv}"
-        " -- {input} > {log} 2>&1"
+        "python -m analysis analyse --results {params.results} --analysis {params.analysis}"
+        " --expected {params.expected} -- {params.run_dirs} > {log} 2>&1"

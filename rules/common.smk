@@ -82,9 +82,10 @@ def base_model_arg(wildcards):
     return shlex.quote(json.dumps(base_model_spec(config, wildcards.scale, matrix["tasks"]), sort_keys=True))
 
 
-def summary_inputs(wildcards):
+def analysis_inputs(runs):
+    """The logs the analysis reads of each run (samples.parquet is optional, so not an input)."""
     names = ["config.json", "train.parquet", "eval.parquet", "done.json"]
-    return [run_file(wildcards.run, n) for n in names]
+    return [run_file(r, n) for r in runs for n in names]
 
 
 def analysis_arg():
@@ -96,7 +97,11 @@ def get_final_output():
     return [run_file(r, "done.json") for r in RUNS] + FIGURES
 
 
-FIGURES = [f"{RESULTS}/figures/accuracy_curves.{ext}" for ext in ("png", "pdf")]
+from analysis import names as analysis_names
+
+FIGURES = [f"{RESULTS}/figures/{n}.{ext}" for n in analysis_names.FIGURES for ext in analysis_names.FIGURE_FORMATS]
+FIGURES += [f"{RESULTS}/tables/{n}.{ext}" for n in analysis_names.TABLES for ext in ("csv", "md", "html")]
+FIGURES += [f"{RESULTS}/summary.{ext}" for ext in ("csv", "md", "tex")]
 
 
 wildcard_constraints:

@@ -69,10 +69,10 @@ def test_figures_reanalyses_only_finished_runs(workdir):
     write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
     dry = snakemake("figures", "-n", cwd=workdir).stdout
     assert "rule train" not in dry and "rule base_model" not in dry
-    assert "rule summarize_run" in dry and "voting-math-tiny-shared-s0" in dry
+    assert "rule analyse" in dry and "voting-math-tiny-shared-s0" in dry
     snakemake("figures", "--cores", "1", cwd=workdir)
     for ext in ("png", "pdf"):
         assert (workdir / "results" / "figures" / f"accuracy_curves.{ext}").stat().st_size > 1000
-    collect_log = (workdir / "results" / "logs" / "collect.log").read_text()
+    collect_log = (workdir / "results" / "logs" / "analyse.log").read_text()
     assert "13 runs not finished" in collect_log and "eval_opt-math-tiny-shared-s0" in collect_log
     assert not (workdir / "results" / "runs" / "voting-code-tiny-shared-s0").exists()

@@ -1,0 +1,88 @@
+"""The whole analysis of a sweep in one process: every finished run read once, then the summary and question tables.
+
+Writes, under `results`:
+    analysis/{runs,problems,curves,gradients,amplification,signatures}.parquet   what the figures read
+    summary.parquet, summary.csv          one row per (run, eval split), with gain_vs_single
+    summary.md, summary.tex               the paper's table: one row per cell, mean +- std over seeds
+    tables/NAME.{csv,md,html}             summary, improves_on_base, isolated_vs_shared,
+                                          variance_decomposition, failure_signatures, skipped_runs
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis import tables
+from analysis.names import AXES
+from analysis.summary import add_single_baseline, aggregate_seeds
+from analysis.sweep import summarize_runs, write_tables
+
+SKIPPED_COLUMNS = ["run", "status", "reason"]
+
+
+def skipped_runs(problems: pd.DataFrame, expected: list[str], analysed: set[str]) -> pd.DataFrame:
+    """Runs of the matrix not in the analysis: `left out` (bad logs, with why) or `missing` (not finished)."""
+    rows = [{"run": r.run, "status": "left out", "reason": r.problem} for r in problems.itertuples()]
+    bad = set(problems["run"])
+    rows += [{"run": r, "status": "missing", "reason": "not finished (no done.json)"}
+             for r in expected if r not in analysed and r not in bad]
+    return pd.DataFrame(rows, columns=SKIPPED_COLUMNS)
+
+
+def analyse(run_dirs: list[str | Path], expected: list[str], analysis: dict[str, Any], results: str | Path,
+            log=sys.stderr) -> dict[str, float]:
+    """Analyse `run_dirs` into `results` (see the module docstring); returns seconds per stage."""
+    results = Path(results)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    parts = summarize_runs(run_dirs, analysis)
+    write_tables(parts, results / "analysis")
+    timings["load_and_summarise_runs"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    runs = parts["runs"]
+    if len(runs):
+        summary = add_single_baseline(runs).sort_values(AXES + ["split"]).reset_index(drop=True)
+    else:
+        summary = pd.DataFrame(columns=["run", *AXES, "split", "primary", "gain_peak", "gain_terminal"])
+    summary.to_parquet(results / "summary.parquet", index=False)
+    summary.to_csv(results / "summary.csv", index=False)
+    aggregated = aggregate_seeds(summary) if len(summary) else pd.DataFrame(columns=["split"])
+    cells = tables.cell_table(summary, aggregated) if len(summary) else pd.DataFrame()
+    tables.write_table(cells, results / "summary", ("md", "tex"))
+    tables.write_table(cells, results / "tables" / "summary")
+    aggregated.to_csv(results / "tables" / "summary_by_seed_stats.csv", index=False)
+
+    skipped = skipped_runs(parts["problems"], expected, set(summary["run"]))
+    tables.write_table(skipped, results / "tables" / "skipped_runs")
+    if len(summary):
+        questions = {
+            "improves_on_base": tables.improves_on_base(summary),
+            "isolated_vs_shared": tables.isolated_vs_shared(summary, n_boot=analysis.get("bootstrap_n", 2000),
+                                                            seed=analysis.get("bootstrap_seed", 0)),
+            "variance_decomposition": tables.variance_decomposition(
+                summary, interactions=analysis.get("variance_interactions", True)),
+            "failure_signatures": tables.failure_signatures(summary, parts["signatures"]),
+        }
+    else:
+        questions = {k: pd.DataFrame() for k in ("improves_on_base", "isolated_vs_shared", "variance_decomposition",
+                                                 "failure_signatures")}
+    for name, df in questions.items():
+        tables.write_table(df, results / "tables" / name)
+    timings["tables"] = time.perf_counter() - t
+
+    n = summary["run"].nunique() if len(summary) else 0
+    print(f"{n} runs analysed into {results / 'summary.parquet'}", file=log)
+    missing = skipped[skipped["status"] == "missing"]["run"].tolist()
+    if missing:
+        print(f"{len(missing)} runs not finished (missing cells): {' '.join(missing)}", file=log)
+    for r in skipped[skipped["status"] == "left out"].itertuples():
+        print(f"left out: {r.reason}", file=log)
+    for k, v in timings.items():
+        print(f"timing {k} {v:.3f}s", file=log)
+    return timings

@@ -1,0 +1,211 @@
+"""The study's questions as tables, from the per-run summary (primary eval split, one row per run).
+
+- `improves_on_base`: the share of cells (mean over seeds) whose peak / terminal accuracy beats the base model.
+- `isolated_vs_shared`: Isolated minus Shared, paired by cell and seed, with seeded bootstrap intervals over seeds.
+- `variance_decomposition`: sequential sums of squares of the gains over the factors and their two-way interactions.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.names import CELL, WORKFLOW_ORDER
+
+GAINS = ["gain_peak", "gain_terminal"]
+
+
+def primary_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: its primary eval split."""
+    if "primary" in summary:
+        return summary[summary["primary"].astype(bool)]
+    return summary
+
+
+def cell_means(summary: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds of each cell's gains."""
+    rows = primary_rows(summary)
+    return rows.groupby(CELL, as_index=False)[GAINS].mean()
+
+
+def improves_on_base(summary: pd.DataFrame) -> pd.DataFrame:
+    """Share of cells whose mean gain over seeds is > 0 at peak and at terminal: overall, by policy, by workflow."""
+    cells = cell_means(summary)
+    out = []
+
+    def row(group: str, value: str, g: pd.DataFrame) -> dict:
+        return {"group": group, "value": value, "n_cells": len(g),
+                "share_peak_improves": float((g["gain_peak"] > 0).mean()) if len(g) else np.nan,
+                "share_terminal_improves": float((g["gain_terminal"] > 0).mean()) if len(g) else np.nan,
+                "mean_gain_peak": float(g["gain_peak"].mean()) if len(g) else np.nan,
+                "mean_gain_terminal": float(g["gain_terminal"].mean()) if len(g) else np.nan}
+
+    out.append(row("all", "all", cells))
+    for factor in CELL:
+        for value, g in cells.groupby(factor, sort=True):
+            out.append(row(factor, str(value), g))
+    return pd.DataFrame(out, columns=["group", "value", "n_cells", "share_peak_improves", "share_terminal_improves",
+                                      "mean_gain_peak", "mean_gain_terminal"])
+
+
+def bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator, n_boot: int,
+                      level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (NaN, NaN with fewer than 2 values)."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    if len(values) < 2:
+        return np.nan, np.nan
+    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+    alpha = (1 - level) / 2
+    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+
+
+def isolated_vs_shared(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Isolated minus Shared peak and terminal accuracy, paired by (workflow, task, scale, seed).
+
+    One row per cell (bootstrap over its seeds) and one `all` row (bootstrap over every pair).
+    """
+    rows = primary_rows(summary)
+    keys = ["workflow", "task", "scale", "seed"]
+    wide = rows.pivot_table(index=keys, columns="policy", values=["peak_acc", "terminal_acc"], aggfunc="mean")
+    cols = ["workflow", "task", "scale", "n_pairs", "diff_peak", "diff_peak_lo", "diff_peak_hi",
+            "diff_terminal", "diff_terminal_lo", "diff_terminal_hi"]
+    if not {"shared", "isolated"} <= set(wide.columns.get_level_values(1)):
+        return pd.DataFrame(columns=cols)
+    diff = pd.DataFrame({m: wide[(f"{m}_acc", "isolated")] - wide[(f"{m}_acc", "shared")]
+                         for m in ("peak", "terminal")}).dropna().reset_index()
+    rng = np.random.default_rng(seed)
+    out = []
+
+    def row(wf: str, task: str, scale: str, g: pd.DataFrame) -> dict:
+        r = {"workflow": wf, "task": task, "scale": scale, "n_pairs": len(g)}
+        for m in ("peak", "terminal"):
+            lo, hi = bootstrap_mean_ci(g[m].to_numpy(), rng, n_boot)
+            r.update({f"diff_{m}": float(g[m].mean()), f"diff_{m}_lo": lo, f"diff_{m}_hi": hi})
+        return r
+
+    for (wf, task, scale), g in diff.groupby(["workflow", "task", "scale"], sort=True):
+        out.append(row(wf, task, scale, g))
+    if len(diff):
+        out.append(row("all", "all", "all", diff))
+    return pd.DataFrame(out, columns=cols)
+
+
+def _one_hot(values: pd.Series) -> np.ndarray:
+    """Treatment-coded dummies (first level dropped) of one factor."""
+    levels = sorted(values.astype(str).unique())
+    v = values.astype(str).to_numpy()
+    return np.stack([(v == lvl).astype(float) for lvl in levels[1:]], axis=1) if len(levels) > 1 \
+        else np.zeros((len(v), 0))
+
+
+def _rss(x: np.ndarray, y: np.ndarray) -> float:
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    r = y - x @ beta
+    return float(r @ r)
+
+
+def variance_decomposition(summary: pd.DataFrame, factors: list[str] | None = None,
+                           interactions: bool = True) -> pd.DataFrame:
+    """Share of the variation of each gain explained by each factor, then each two-way interaction.
+
+    Sequential (type I) sums of squares: terms enter in the order given (factors, then their pairs), each
+    credited with the drop in residual sum of squares it brings; `residual` is what none explains.
+    Multi-agent runs only (`single` has one policy, which would confound policy with workflow).
+    """
+    factors = factors or ["workflow", "task", "scale", "policy"]
+    rows = primary_rows(summary)
+    rows = rows[rows["workflow"] != "single"].dropna(subset=GAINS)
+    cols = ["term", "df"] + [f"{g}_{k}" for g in GAINS for k in ("ss", "share")]
+    if len(rows) < 2:
+        return pd.DataFrame(columns=cols)
+    dummies = {f: _one_hot(rows[f]) for f in factors}
+    terms: list[tuple[str, np.ndarray]] = [(f, dummies[f]) for f in factors]
+    if interactions:
+        for a, b in itertools.combinations(factors, 2):
+            da, db = dummies[a], dummies[b]
+            prod = np.einsum("ni,nj->nij", da, db).reshape(len(rows), -1)
+            terms.append((f"{a} x {b}", prod))
+    out = {name: {"term": name} for name, _ in terms}
+    out["residual"] = {"term": "residual"}
+    for gain in GAINS:
+        y = rows[gain].to_numpy(dtype=float)
+        x = np.ones((len(y), 1))
+        total = float(((y - y.mean()) ** 2).sum())
+        rss = _rss(x, y)
+        rank = 1
+        for name, block in terms:
+            x = np.hstack([x, block])
+            new = _rss(x, y)
+            new_rank = int(np.linalg.matrix_rank(x)) if x.shape[1] else 0
+            out[name]["df"] = new_rank - rank
+            out[name][f"{gain}_ss"] = max(rss - new, 0.0)
+            out[name][f"{gain}_share"] = max(rss - new, 0.0) / total if total > 0 else np.nan
+            rss, rank = new, new_rank
+        out["residual"]["df"] = len(y) - rank
+        out["residual"][f"{gain}_ss"] = rss
+        out["residual"][f"{gain}_share"] = rss / total if total > 0 else np.nan
+    return pd.DataFrame(list(out.values()), columns=cols)
+
+
+def failure_signatures(summary: pd.DataFrame, signatures: pd.DataFrame) -> pd.DataFrame:
+    """Per workflow, policy and signature: runs ending in it, cliffs it names, mean onset step."""
+    cols = ["workflow", "policy", "signature", "n_runs", "n_cliffs_named", "onset_step_mean"]
+    sig = signatures[~signatures["at_base"].astype(bool)] if len(signatures) and "at_base" in signatures \
+        else pd.DataFrame(columns=["run", "workflow", "policy", "signature", "onset_step"])
+    rows = primary_rows(summary)
+    named = rows[rows["cliff"].astype(bool)].groupby(["workflow", "policy", "cliff_cause"]).size() \
+        if len(rows) and "cliff_cause" in rows else pd.Series(dtype=float)
+    out = []
+    for (wf, pol, name), g in sig.groupby(["workflow", "policy", "signature"], sort=True):
+        out.append({"workflow": wf, "policy": pol, "signature": name, "n_runs": g["run"].nunique(),
+                    "n_cliffs_named": int(named.get((wf, pol, name), 0)),
+                    "onset_step_mean": float(g["onset_step"].mean())})
+    for (wf, pol, name), n in named.items():
+        if name == "unexplained":
+            out.append({"workflow": wf, "policy": pol, "signature": "unexplained", "n_runs": int(n),
+                        "n_cliffs_named": int(n), "onset_step_mean": np.nan})
+    order = {w: i for i, w in enumerate(WORKFLOW_ORDER)}
+    df = pd.DataFrame(out, columns=cols)
+    return df.sort_values(["workflow", "policy", "signature"], key=lambda s: s.map(order) if s.name == "workflow"
+                          else s).reset_index(drop=True)
+
+
+def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
+    """The paper's summary table: one row per cell (primary split), mean +- std over seeds, cliff rate."""
+    main = set(primary_rows(summary)["split"]) if len(summary) else set()
+    agg = aggregated[aggregated["split"].isin(main)] if len(aggregated) else aggregated
+    out = agg[CELL + ["n_seeds"]].copy()
+    for m in ("base_acc", "peak_acc", "terminal_acc", "gain_peak", "gain_terminal", "gain_vs_single_terminal"):
+        if f"{m}_mean" in agg:
+            out[m] = [f"{a:.3f} ± {b:.3f}" if b == b else (f"{a:.3f}" if a == a else "")
+                      for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])]
+    out["cliff_rate"] = agg["cliff_rate"].round(2)
+    if "cliff_causes" in agg:
+        out["cliff_causes"] = agg["cliff_causes"]
+    order = {w: i for i, w in enumerate(WORKFLOW_ORDER)}
+    return out.sort_values(CELL, key=lambda s: s.map(order) if s.name == "workflow" else s).reset_index(drop=True)
+
+
+def write_table(df: pd.DataFrame, stem: str | Path, formats: tuple[str, ...] = ("csv", "md", "html")) -> list[Path]:
+    """The table as STEM.csv / .md / .html / .tex (floats to 3 decimals outside the csv)."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = stem.with_suffix(f".{fmt}")
+        if fmt == "csv":
+            df.to_csv(p, index=False)
+        elif fmt == "md":
+            p.write_text((df.to_markdown(index=False, floatfmt=".3f") if len(df) else "(no rows)") + "\n")
+        elif fmt == "html":
+            p.write_text(df.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="", border=0))
+        elif fmt == "tex":
+            p.write_text(df.to_latex(index=False, float_format="%.3f", na_rep="--"))
+        else:
+            raise ValueError(f"unknown table format {fmt!r}")
+        paths.append(p)
+    return paths
