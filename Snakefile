@@ -29,3 +29,12 @@ rule all:
     default_target: True
     input:
         get_final_output(),
+
+
+onsuccess:
+    # where a person finds the outputs, after the job progress
+    print(
+        f"\nDone. Runs: {RESULTS}/runs/<run>/ (train/eval/samples parquet, done.json); "
+        f"summary: {RESULTS}/summary.md; tables: {RESULTS}/tables/; figures: {RESULTS}/figures/; "
+        "HTML report: snakemake --report report.html"
+    )
