@@ -104,6 +104,7 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
                             weight_decay=0.0)
     steps, batch_size = arch["warm_start_steps"], arch["warm_start_batch_size"]
     n_micro = max(1, min(int(arch.get("warm_start_micro_batches", 2)), batch_size))
+    size = -(-batch_size // n_micro)  # rows per micro-batch
     model.train()
     t0, losses = time.time(), []
     for step in range(steps):
@@ -114,7 +115,6 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
             g["lr"] = arch["warm_start_learning_rate"] * (1 - 0.9 * step / max(steps, 1))
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        size = -(-batch_size // n_micro)
         for part in (batch[i:i + size] for i in range(0, batch_size, size)):
             width = max(len(p) + len(c) for p, c in part)
             ids = torch.full((len(part), width), tokenizer.pad_token_id)
@@ -125,10 +125,8 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
                 ids[i, :len(seq)] = torch.tensor(seq)
                 labels[i, len(p):len(seq)] = torch.tensor(c)
                 mask[i, :len(seq)] = 1
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                     labels[:, 1:].reshape(-1), ignore_index=-100,
-                                                     reduction="sum") / n_tokens
+            # HF's causal-LM loss summed over the part and divided by the whole batch's tokens
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=n_tokens).loss
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
