@@ -13,6 +13,7 @@ import sys
 import pandas as pd
 
 from analysis.analyse import analyse
+from analysis.gradients import CAPTURE_SHARE
 from analysis.figures import render_all
 from trainer.schema import parse_run_id
 
@@ -42,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         analyse(args.run_dirs, args.expected, args.analysis, args.results)
     elif args.command == "figures":
         expected = expected_axes(args.expected) if args.expected else None
-        render_all(args.results, args.out_dir, expected, capture_share=args.analysis.get("capture_share", 0.6))
+        render_all(args.results, args.out_dir, expected,
+                   capture_share=args.analysis.get("capture_share", CAPTURE_SHARE))
     return 0
 
 

@@ -23,6 +23,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from analysis.names import FIGURE_FORMATS, GROUP_ROLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER  # noqa: E402
+from analysis.gradients import CAPTURE_SHARE  # noqa: E402
 
 POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
 POLICY_ORDER = ["shared", "isolated"]
@@ -58,7 +59,7 @@ class Data:
     curves: pd.DataFrame
     gradients: pd.DataFrame
     amplification: pd.DataFrame
-    capture_share: float = 0.6
+    capture_share: float = CAPTURE_SHARE
 
 
 def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
@@ -451,7 +452,7 @@ FIGURE_FUNCTIONS: dict[str, Callable[[Data, Grid], plt.Figure]] = {
 
 
 def render_all(results: str | Path, out_dir: str | Path, expected: pd.DataFrame | None = None,
-               capture_share: float = 0.6, log=sys.stderr) -> dict[str, float]:
+               capture_share: float = CAPTURE_SHARE, log=sys.stderr) -> dict[str, float]:
     """Every figure as PNG and PDF; `expected` (the matrix's axes) decides the grid, so missing cells show as
     gaps. Returns seconds per stage (load, each figure) and logs them."""
     t = time.perf_counter()

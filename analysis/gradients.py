@@ -30,7 +30,10 @@ def _slope_per_100_steps(steps: np.ndarray, values: np.ndarray) -> float:
     return float(np.polyfit(steps[ok], values[ok], 1)[0] * 100)
 
 
-def capture(train: pd.DataFrame, *, cliff_step: float = math.nan, capture_share: float = 0.6,
+CAPTURE_SHARE = 0.6  # config.yaml's analysis.capture_share when it is not given
+
+
+def capture(train: pd.DataFrame, *, cliff_step: float = math.nan, capture_share: float = CAPTURE_SHARE,
             trend_fraction: float = 0.2, smoothing_steps: int = 10) -> dict[str, Any]:
     """Which role captures a shared policy, how much, from when, and the trend of its share before a cliff.
 

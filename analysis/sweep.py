@@ -30,7 +30,7 @@ def analyse_run(logs: RunLogs, analysis: dict[str, Any]) -> dict[str, pd.DataFra
     for row in rows:
         row["primary"] = row["split"] == main
         cap = gradients.capture(logs.train, cliff_step=row["cliff_step"],
-                                capture_share=analysis.get("capture_share", 0.6),
+                                capture_share=analysis.get("capture_share", gradients.CAPTURE_SHARE),
                                 trend_fraction=analysis.get("capture_trend_fraction", 0.2))
         row.update(cap)
         cause, cause_step = signatures.cliff_cause(sigs, row["split"], row["cliff_step"], eval_every) \
