@@ -1,0 +1,217 @@
+"""Policy routing and per-role gradient metrics (issue 4, must-show 2 and 3).
+
+On a tiny random Qwen3 (built offline): under `shared` one optimizer gets gradient from every
+role's rows; under `isolated` (and a custom grouping) an update of one policy leaves every other
+policy's trainable parameters bit-identical, with its own scheduler and clipping; the per-role
+gradient norms that `Trainer.update` records equal those of separate backward passes of each
+role's loss alone, and the shares sum to 1 on a shared policy.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+from trainer import train as train_mod
+from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
+from trainer.policies import PolicySet, routing_table
+from trainer.train import GradientRecorder, Row, Trainer, collate
+
+VOCAB, PAD = 64, 0
+TOL = 1e-5
+
+
+def tiny_qwen3(seed: int = 0) -> torch.nn.Module:
+    """A random two-layer Qwen3 small enough for many updates per test on CPU."""
+    torch.manual_seed(seed)
+    config = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=128, tie_word_embeddings=True,
+        pad_token_id=PAD, eos_token_id=1, bos_token_id=None)
+    return transformers.Qwen3ForCausalLM(config).float()
+
+
+def training(finetune: str, **extra: Any) -> dict[str, Any]:
+    """The training knobs PolicySet and Trainer.update read, at test sizes."""
+    return {"finetune": finetune, "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
+            "max_steps": 4, "num_iterations": 1, "warmup_ratio": 0.0, "learning_rate": 1e-2,
+            "lr_scheduler_type": "linear", "max_grad_norm": 1.0, "epsilon": 0.2, "epsilon_high": 0.28,
+            "beta": 0.0, "loss_type": "grpo", "micro_batch_tokens": 64, "temperature": 0.7,
+            "max_completion_length": 8, **extra}
+
+
+def make_trainer(routing: dict[str, str], t: dict[str, Any], seed: int = 0) -> Trainer:
+    """A Trainer holding only what `update` uses (no task, data or run directory)."""
+    trainer = Trainer.__new__(Trainer)
+    trainer.t, trainer.device = t, "cpu"
+    trainer.tokenizer = SimpleNamespace(pad_token_id=PAD)
+    trainer.routing = routing
+    trainer.policies = PolicySet(tiny_qwen3(seed), routing, t)
+    if t["finetune"] == "lora":
+        # PEFT initialises lora_B to zero (then lora_A gets no gradient): perturb so every weight does
+        with torch.no_grad():
+            for p in trainer.policies:
+                for x in p.params:
+                    x.add_(0.05 * torch.randn_like(x))
+    trainer.recorders = {p.name: GradientRecorder(p.params) for p in trainer.policies}
+    return trainer
+
+
+def rows_for(roles: list[str], per_role: int = 5, seed: int = 1) -> list[Row]:
+    """Rows of every role, of varied lengths, advantages of both signs (several micro-batches per role)."""
+    rng = random.Random(seed)
+    rows = []
+    for role in roles:
+        for _ in range(per_role):
+            rows.append(Row(role, [rng.randrange(2, VOCAB) for _ in range(rng.randint(2, 6))],
+                            [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 8))],
+                            advantage=rng.uniform(-2, 2), reward=0.0))
+    return rows
+
+
+def snapshot(trainer: Trainer) -> dict[str, list[torch.Tensor]]:
+    return {p.name: [x.detach().clone() for x in p.params] for p in trainer.policies}
+
+
+def separate_role_grad_norms(trainer: Trainer, policy_name: str, rows: list[Row]) -> dict[str, float]:
+    """Each role's gradient norm from its own backward pass: its rows' share of the policy loss
+    (normalised by the policy's whole batch, as the update does), computed here from scratch."""
+    t = trainer.t
+    policy = trainer.policies.policies[policy_name]
+    model = trainer.policies.model(policy_name)
+    model.train()
+    totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
+                         max_completion_length=t["max_completion_length"])
+    norms = {}
+    for role in dict.fromkeys(r.role for r in rows):
+        mine = [r for r in rows if r.role == role]
+        ids, attn, cmask = collate(mine, PAD)  # one batch: padding does not change a masked loss
+        logps, _ = per_token_logps(model, ids, attn, cmask.shape[1], t["temperature"])
+        adv = torch.tensor([r.advantage for r in mine])
+        token = grpo_token_loss(logps, logps.detach(), adv, t["epsilon"], t["epsilon_high"])
+        loss = LOSS_AGGREGATIONS[t["loss_type"]](token.loss, cmask, totals)
+        grads = torch.autograd.grad(loss, policy.params, allow_unused=True)
+        norms[role] = math.sqrt(sum(float(g.pow(2).sum()) for g in grads if g is not None))
+    return norms
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+def test_shared_one_optimizer_gets_every_roles_gradient(finetune: str) -> None:
+    roles = ("generator", "aggregator")
+    routing = routing_table("shared", roles)
+    assert routing == {"generator": "shared", "aggregator": "shared"}
+    trainer = make_trainer(routing, training(finetune))
+    assert list(trainer.policies.policies) == ["shared"]
+    policy = trainer.policies.policies["shared"]
+    assert policy.roles == list(roles)
+    assert {id(p) for g in policy.optimizer.param_groups for p in g["params"]} == {id(p) for p in policy.params}
+    rows = rows_for(list(roles))
+    before = snapshot(trainer)
+    stats = trainer.update(policy, rows)
+    grads = trainer.recorders["shared"].grads
+    for role in roles:  # every role's rows reached the one optimizer's parameters
+        assert set(grads) == set(roles)
+        assert sum(float(g.pow(2).sum()) for g in grads[role] if g is not None) > 0, role
+        assert stats[role]["grad_norm"] > 0
+    assert sum(stats[r]["grad_sq_share"] for r in roles) == pytest.approx(1.0, abs=1e-9)
+    assert not all(torch.equal(a, b) for a, b in zip(before["shared"], policy.params))
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+@pytest.mark.parametrize("groups, updated", [
+    (None, "generator"),  # isolated: each role its own policy
+    ({"voters_and_aggregator": ["generator", "aggregator"], "judge": ["evaluator"]}, "voters_and_aggregator"),
+])
+def test_isolated_update_leaves_other_policies_bit_identical(finetune: str, groups: dict | None, updated: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    roles = ("generator", "aggregator", "evaluator")
+    routing = routing_table("isolated", roles, groups)
+    trainer = make_trainer(routing, training(finetune))
+    expected = {r: r for r in roles} if groups is None else {r: n for n, ms in groups.items() for r in ms}
+    assert routing == expected  # routed as declared
+    assert set(trainer.policies.policies) == set(expected.values())
+    for p in trainer.policies:
+        assert p.roles == [r for r in roles if expected[r] == p.name]
+    # each policy has its own optimizer over only its own parameters, and its own scheduler
+    owner = {id(x): p.name for p in trainer.policies for x in p.params}
+    assert len(owner) == sum(len(p.params) for p in trainer.policies), "a parameter in two policies"
+    for p in trainer.policies:
+        assert {owner[id(x)] for g in p.optimizer.param_groups for x in g["params"]} == {p.name}
+    assert len({id(p.scheduler) for p in trainer.policies}) == len(trainer.policies.policies)
+
+    clipped: list[list[int]] = []
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def spy_clip(params, *args, **kwargs):  # which parameters each clipping saw
+        params = list(params)
+        clipped.append([id(x) for x in params])
+        return real_clip(params, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod.torch.nn.utils, "clip_grad_norm_", spy_clip)
+    policy = trainer.policies.policies[updated]
+    frozen_base = [x.detach().clone() for n, x in trainer.policies.modules()[0].named_parameters()
+                   if "lora_" not in n] if finetune == "lora" else []
+    before = snapshot(trainer)
+    lrs = {p.name: p.scheduler.get_last_lr()[0] for p in trainer.policies}
+    trainer.update(policy, rows_for(policy.roles))
+    assert clipped == [[id(x) for x in policy.params]]  # clipping over this policy's parameters only
+    for p in trainer.policies:
+        same = [torch.equal(a, b) for a, b in zip(before[p.name], p.params)]
+        if p.name == updated:
+            assert not all(same)
+            assert p.scheduler.last_epoch == 1 and p.scheduler.get_last_lr()[0] != lrs[p.name]
+        else:
+            assert all(same), f"policy {p.name} changed by an update of {updated}"
+            assert p.scheduler.last_epoch == 0 and p.scheduler.get_last_lr()[0] == lrs[p.name]
+            assert all(s == {} for s in p.optimizer.state.values()) or not p.optimizer.state
+    if finetune == "lora":  # the shared base stays frozen
+        after = [x for n, x in trainer.policies.modules()[0].named_parameters() if "lora_" not in n]
+        assert all(torch.equal(a, b) for a, b in zip(frozen_base, after))
+
+
+@pytest.mark.parametrize("finetune", ["lora", "full"])
+@pytest.mark.parametrize("mode", ["shared", "isolated"])
+def test_recorded_role_grad_norms_equal_separate_backward_passes(finetune: str, mode: str) -> None:
+    roles = ("orchestrator", "worker", "synthesizer")
+    trainer = make_trainer(routing_table(mode, roles), training(finetune))
+    rows = rows_for(list(roles), per_role=6)
+    for policy in trainer.policies:
+        mine = [r for r in rows if trainer.routing[r.role] == policy.name]
+        expected = separate_role_grad_norms(trainer, policy.name, mine)  # before the update's step
+        assert len(train_mod.micro_batches(mine, trainer.t["micro_batch_tokens"])) > len(policy.roles)
+        stats = trainer.update(policy, mine)
+        assert set(stats) == set(policy.roles)
+        for role in policy.roles:
+            assert abs(stats[role]["grad_norm"] - expected[role]) <= TOL * max(1.0, expected[role]), \
+                (role, stats[role]["grad_norm"], expected[role])
+        shares = [stats[r]["grad_sq_share"] for r in policy.roles]
+        assert sum(shares) == pytest.approx(1.0, abs=1e-9)
+        if len(policy.roles) > 1:
+            assert all(0 < s < 1 for s in shares)
+            assert all(-1 <= stats[r]["grad_cos_others"] <= 1 for r in policy.roles)
+        else:
+            assert shares == [1.0]
+
+
+def test_policy_groups_from_config_reach_the_routing_table() -> None:
+    """training.policy_groups is a valid config key and is what the trainer's routing reads."""
+    from tests.conftest import ROOT
+    from trainer.config import load_yaml, resolve_run_config, validate_config
+    from trainer.runid import parse_run_id
+
+    config = load_yaml(ROOT / "config.yaml")
+    groups = {"voters_and_aggregator": ["generator", "aggregator"]}
+    config["training"]["policy_groups"] = groups
+    validate_config(config, load_yaml(ROOT / "rules" / "config.schema.yaml"))
+    rc = resolve_run_config(config, parse_run_id("voting-math-tiny-isolated-s0"))
+    assert rc["training"]["policy_groups"] == groups
+    assert routing_table(rc["policy"], ("generator", "aggregator"), rc["training"]["policy_groups"]) == \
+        {"generator": "voters_and_aggregator", "aggregator": "voters_and_aggregator"}
+    with pytest.raises(ValueError, match="without a policy"):
+        routing_table("isolated", ("generator", "aggregator"), {"voters": ["generator"]})
