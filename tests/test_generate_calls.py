@@ -11,6 +11,8 @@ either mode: the count is the number of stages (eval_opt: 2 per round), the same
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from transformers.generation.utils import GenerationMixin
 
@@ -117,3 +119,29 @@ def test_generate_calls_per_step_are_stages_times_policies(workflow, mode, knobs
     assert spy.calls == expected_calls(workflow, trainer.routing, episodes)
     first_rows = n_episodes * (knobs.get("n_votes", 1))
     assert spy.calls[0][1] == first_rows  # e.g. voting: every voter of every episode in one call
+
+
+def test_generation_backend_key_picks_the_rollout_backend(model_dir, tmp_path, monkeypatch):
+    """training.generation_backend: hf (config.yaml's default) gives HFGenerator; vllm, where the package
+    is not importable, fails at trainer start with an error naming the key; other values fail validation."""
+    from tests.conftest import ROOT
+    from trainer import rollout
+    from trainer.config import ConfigError, load_yaml, validate_config
+
+    config = load_yaml(ROOT / "config.yaml")
+    assert config["training"]["generation_backend"] == "hf"
+    schema = load_yaml(ROOT / "rules" / "config.schema.yaml")
+    for value in ("hf", "vllm"):
+        validate_config({**config, "training": {**config["training"], "generation_backend": value}}, schema)
+    with pytest.raises(ConfigError, match="training.generation_backend"):
+        validate_config({**config, "training": {**config["training"], "generation_backend": "sglang"}}, schema)
+
+    run = "single-math-qwen3-0.6b-shared-s0"
+    trainer = Trainer(real_scale_config(model_dir, run, tmp_path / "hf"), tmp_path / "hf")
+    assert type(trainer.generate) is type(trainer.eval_generate) is rollout.HFGenerator
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(rollout.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else
+                        real_find_spec(name, *a))
+    cfg = real_scale_config(model_dir, run, tmp_path / "vllm", training={"generation_backend": "vllm"})
+    with pytest.raises(ConfigError, match=r"training\.generation_backend: 'vllm' needs the vllm package"):
+        Trainer(cfg, tmp_path / "vllm")

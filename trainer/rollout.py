@@ -1,15 +1,18 @@
 """Rollout generation: one batched `generate` call per workflow stage and policy.
 
 The `GenerationBackend` interface is what workflows call (through `__call__(role, prompts)`);
-Hugging Face `generate` (left padding, KV cache) is the default backend.
+Hugging Face `generate` (left padding, KV cache) is the default backend. `training.generation_backend`
+picks one (`make_generator`): `hf`, or `vllm`, optional, for GPUs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Protocol
 
 import torch
 
+from trainer.config import ConfigError
 from trainer.policies import PolicySet
 from trainer.workflows import Completion
 
@@ -67,3 +70,19 @@ class HFGenerator:
             results.append(Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True),
                                       prompt_ids=row[mask.bool()].tolist(), completion_ids=ids))
         return results
+
+
+GENERATION_BACKENDS = ("hf", "vllm")
+
+
+def make_generator(backend: str, policies: PolicySet, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
+    """The rollout backend named by `training.generation_backend` (HFGenerator's arguments)."""
+    if backend == "hf":
+        return HFGenerator(policies, tokenizer, **kwargs)
+    if backend == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("training.generation_backend: 'vllm' needs the vllm package, which is not installed "
+                              "here (pip install vllm, on a GPU machine), or set training.generation_backend: hf")
+        raise ConfigError("training.generation_backend: 'vllm' is installed, but this trainer has no vLLM backend "
+                          "yet (its adapters would have to be synchronised to the engine every step); use hf")
+    raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(GENERATION_BACKENDS)})")

@@ -32,7 +32,7 @@ from trainer import schema
 from trainer.config import changed_keys
 from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.policies import Policy, PolicySet, routing_table
-from trainer.rollout import HFGenerator
+from trainer.rollout import make_generator
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Workflow, make_workflow, score_episodes
 
@@ -192,8 +192,11 @@ class Trainer:
         self.recorders = {p.name: GradientRecorder(p.params) for p in self.policies}
         common = dict(max_new_tokens=self.t["max_completion_length"], top_p=self.t["top_p"],
                       enable_thinking=self.t["enable_thinking"], device=self.device)
-        self.generate = HFGenerator(self.policies, self.tokenizer, temperature=self.t["temperature"], **common)
-        self.eval_generate = HFGenerator(self.policies, self.tokenizer, temperature=self.t["eval_temperature"], **common)
+        backend = self.t.get("generation_backend", "hf")
+        self.generate = make_generator(backend, self.policies, self.tokenizer, temperature=self.t["temperature"],
+                                       **common)
+        self.eval_generate = make_generator(backend, self.policies, self.tokenizer,
+                                            temperature=self.t["eval_temperature"], **common)
         params = run_config["task_params"]
         self.train_problems = load_problems(run_config["task"], params["train"], "train")
         self.eval_splits = {}
