@@ -37,6 +37,14 @@ def test_demo_matrix(config):
     assert len(runs) == 14 and {r.scale for r in runs} == {"tiny"}
 
 
+def test_demo_runs_take_the_tiny_tasks_completion_length(config):
+    for run in expand_matrix(config):
+        rc = resolve_run_config(config, run)
+        assert rc["training"]["max_completion_length"] == rc["task_params"]["max_completion_length"] <= 40, run
+    paper = resolve_run_config(config, RunId("orch_workers", "math", "qwen3-0.6b", "shared", 0))
+    assert paper["training"]["max_completion_length"] == 3072
+
+
 @pytest.mark.parametrize("text", ["voting-math-qwen3-0.6b-shared-s0", "orch_workers-code-tiny-isolated-s12",
                                   "single-math-my-model.v2-shared-s3"])
 def test_run_id_round_trip(text):
