@@ -122,3 +122,11 @@ def test_base_model_does_not_depend_on_the_training_schedule(config):
     config["training"]["beta"] = 0.1
     config["overrides"][-1]["training"]["max_steps"] = 99
     assert base_model_spec(config, "tiny", ["math", "code"]) == before
+
+
+def test_per_role_advantage_normalization_is_an_optional_boolean(config):
+    config["training"]["normalize_advantages_per_role"] = True
+    validate_config(config, SCHEMA)
+    config["training"]["normalize_advantages_per_role"] = [1]
+    with pytest.raises(ConfigError, match="normalize_advantages_per_role"):
+        validate_config(config, SCHEMA)

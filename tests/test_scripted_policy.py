@@ -350,3 +350,18 @@ def test_advantages_groups_never_mix_prompts(math_task):
     assign_rewards_and_advantages(wf, eps, [0] * 6, training("final_outcome", "episode", "none"))
     mean = 4 / 6
     assert per_turn(eps, "advantage") == approx([[f - mean] * 3 for f in (1, 0, 1, 0, 1, 1)])
+
+
+def test_per_role_normalization_divides_each_roles_advantages_by_their_std(math_task):
+    wf, eps, _ = voting_rollouts(math_task)
+    centred = [[1 / 3, -2 / 3, 1 / 3], [-2 / 3, 1 / 3, -2 / 3], [1 / 3, 1 / 3, 1 / 3],
+               [-1 / 3, -1 / 3, -2 / 3], [2 / 3, -1 / 3, 1 / 3], [-1 / 3, 2 / 3, 1 / 3]]  # as above
+    assign_rewards_and_advantages(wf, eps, GROUP_OF, {**training("per_role", scale_rewards="none"),
+                                                      "normalize_advantages_per_role": True})
+    # voters: 12 advantages with mean 0 and squares summing to 24/9; the aggregator: 6, summing to 12/9
+    voters, aggregator = math.sqrt(24 / 9 / 11) + EPS, math.sqrt(12 / 9 / 5) + EPS
+    assert per_turn(eps, "advantage") == approx([[row[0] / voters, row[1] / voters, row[2] / aggregator]
+                                                 for row in centred])
+    assign_rewards_and_advantages(wf, eps, GROUP_OF, {**training("per_role", scale_rewards="none"),
+                                                      "normalize_advantages_per_role": False})
+    assert per_turn(eps, "advantage") == approx(centred)
