@@ -37,6 +37,14 @@ def test_demo_matrix(config):
     assert len(runs) == 14 and {r.scale for r in runs} == {"tiny"}
 
 
+def test_demo_runs_take_the_tiny_tasks_completion_length(config):
+    for run in expand_matrix(config):
+        rc = resolve_run_config(config, run)
+        assert rc["training"]["max_completion_length"] == rc["task_params"]["max_completion_length"] <= 40, run
+    paper = resolve_run_config(config, RunId("orch_workers", "math", "qwen3-0.6b", "shared", 0))
+    assert paper["training"]["max_completion_length"] == 3072
+
+
 @pytest.mark.parametrize("text", ["voting-math-qwen3-0.6b-shared-s0", "orch_workers-code-tiny-isolated-s12",
                                   "single-math-my-model.v2-shared-s3"])
 def test_run_id_round_trip(text):
@@ -114,3 +122,11 @@ def test_base_model_does_not_depend_on_the_training_schedule(config):
     config["training"]["beta"] = 0.1
     config["overrides"][-1]["training"]["max_steps"] = 99
     assert base_model_spec(config, "tiny", ["math", "code"]) == before
+
+
+def test_per_role_advantage_normalization_is_an_optional_boolean(config):
+    config["training"]["normalize_advantages_per_role"] = True
+    validate_config(config, SCHEMA)
+    config["training"]["normalize_advantages_per_role"] = [1]
+    with pytest.raises(ConfigError, match="normalize_advantages_per_role"):
+        validate_config(config, SCHEMA)

@@ -44,6 +44,8 @@ def pipeline_dir(tmp_path_factory):
         shutil.copy(ROOT / name, d / name)
     for name in ("rules", "profiles", "envs"):
         shutil.copytree(ROOT / name, d / name)
+    for name in ("trainer", "analysis", "benchmarks"):  # else `python -m trainer` runs an installed copy's code
+        (d / name).symlink_to(ROOT / name)
     return d
 
 

@@ -34,7 +34,7 @@ from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_
 from trainer.policies import Policy, PolicySet, routing_table
 from trainer.rollout import make_generator
 from trainer.tasks import Problem, get_task, load_problems
-from trainer.workflows import Episode, Workflow, make_workflow, score_episodes
+from trainer.workflows import Episode, Turn, Workflow, make_workflow, score_episodes
 
 
 class ResumeError(RuntimeError):
@@ -168,6 +168,21 @@ def assign_rewards_and_advantages(workflow: Workflow, episodes: list[Episode], g
         advs = group_advantages([t.reward for _, t in turns], [(g, t.role, t.agent) for g, t in turns], scale)
         for (_, t), a in zip(turns, advs):
             t.advantage = a
+    if training.get("normalize_advantages_per_role"):
+        normalize_per_role([t for ep in episodes for t in ep.turns])
+
+
+def normalize_per_role(turns: list[Turn]) -> None:
+    """Divide each role's advantages by their std over the step (Bessel, +1e-4, as the group std), so
+    that every role's advantages have the same scale whatever its reward variance. Not re-centred:
+    each GRPO group keeps its zero mean, each turn its sign."""
+    for role in dict.fromkeys(t.role for t in turns):
+        mine = [t for t in turns if t.role == role]
+        if len(mine) < 2:
+            continue
+        std = float(torch.tensor([t.advantage for t in mine], dtype=torch.float64).std())
+        for t in mine:
+            t.advantage = t.advantage / (std + 1e-4)
 
 
 class Trainer:

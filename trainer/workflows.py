@@ -279,18 +279,19 @@ class EvalOpt(Workflow):
             (self.prompt("reviser", problem=problem.question, solution=bad, feedback=feedback), problem.demonstration),
         ]
 
-    def _judged(self, ep: Episode) -> list[tuple[bool, bool]]:
-        """(verdict, whether the judged solution was correct) per round."""
+    def _judged(self, ep: Episode) -> list[tuple[bool, bool, bool]]:
+        """(verdict, whether the judged solution was correct, whether the verdict parsed) per round."""
         gens = [t for t in ep.turns if t.role == "generator"]
-        return [(v, bool(g.score and g.score.score > 0)) for v, g in zip(ep.info["verdicts"], gens)]
+        return [(v, bool(g.score and g.score.score > 0), p)
+                for v, g, p in zip(ep.info["verdicts"], gens, ep.info["verdicts_parsed"])]
 
     def diagnostics(self, episodes):
         judged = [j for ep in episodes for j in self._judged(ep)]
         first = [t for ep in episodes for t in ep.turns if t.role == "generator" and t.agent == 0]
         return {
             "generator_first_accuracy": _mean([bool(t.score and t.score.score > 0) for t in first]),
-            "evaluator_accept_rate": _mean([v for v, _ in judged]),
-            "evaluator_accuracy": _mean([v == ok for v, ok in judged]),
+            "evaluator_accept_rate": _mean([v for v, _, _ in judged]),
+            "evaluator_accuracy": _mean([parsed and v == ok for v, ok, parsed in judged]),
             "verdict_parse_rate": _mean([p for ep in episodes for p in ep.info["verdicts_parsed"]]),
             "mean_iterations": _mean([len(ep.info["verdicts"]) for ep in episodes]),
         }
@@ -298,8 +299,10 @@ class EvalOpt(Workflow):
     def role_reward(self, episode, turn):
         if turn.role == "generator":
             return turn.score.score if turn.score else 0.0
-        verdict, ok = self._judged(episode)[turn.agent]
-        return float(verdict == ok)
+        # an unparseable verdict is no judgement: it earns nothing, even on a wrong solution (where
+        # counting it as Incorrect would reward the evaluator for dropping the format)
+        verdict, ok, parsed = self._judged(episode)[turn.agent]
+        return float(parsed and verdict == ok)
 
 
 class OrchWorkers(Workflow):
