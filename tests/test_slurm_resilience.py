@@ -95,8 +95,8 @@ def test_timeout_requeues_and_finishes_whole(tmp_path_factory, tmp_path: Path) -
     """Wall time 1 min, training longer: submitit requeues on the signal; all steps once, done.json."""
     base = tiny_base_model(tmp_path_factory)
     run_dir, log = tmp_path / RUN, tmp_path / "launch.log"
-    steps = 40
-    rc = slurm_config({"max_steps": steps, "save_every": 2, "eval_every": 10}, time_min=1)
+    steps = 60  # ~1 step/s here: the 1-min limit signals it around step 25
+    rc = slurm_config({"max_steps": steps, "save_every": 2, "eval_every": 20}, time_min=1)
     t0 = time.time()
     try:
         proc = start_launcher(launch_cmd(rc, base, run_dir), log)
@@ -105,13 +105,14 @@ def test_timeout_requeues_and_finishes_whole(tmp_path_factory, tmp_path: Path) -
         cancel_all(RUN)
     took = time.time() - t0
     text = job_log(run_dir)
+    assert "DUE TO JOB REQUEUE" in text, f"SLURM never requeued the job:\n{text[-3000:]}"
     assert "signalled: stopping at the end of the step" in text, text[-3000:]
     assert "resumed from step-" in text, f"no resume after the requeue:\n{text[-3000:]}"
     assert_nothing_partial(run_dir)
     train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
     assert len(train) == train["step"].nunique() * train["role"].nunique()
     assert sorted(train["step"].unique()) == list(range(1, steps + 1))
-    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 10, 20, 30, 40]
+    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 20, 40, 60]
     print(f"timeout+requeue run took {took:.0f}s")
 
 
