@@ -1,6 +1,10 @@
 """On the real single-node SLURM cluster (.ci/slurm-up): a run longer than its wall time is requeued
 by submitit and finishes whole; a launcher killed while its job runs re-attaches on rerun instead of
-submitting a second job. Skipped without SLURM unless REQUIRE_SLURM is set (then it fails)."""
+submitting a second job; a run whose job was scancelled is resubmitted on rerun and resumes from its
+newest checkpoint. Skipped without SLURM unless REQUIRE_SLURM is set (then it fails).
+
+Each test finds its jobs by the run's tag (the job comment, `trainer.launch.job_tag`: run id and a
+hash of the run directory), never by the job name, which every test's run shares."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.resilience import assert_nothing_partial, tiny_base_model, tiny_run_config, trainer_env, wait_for
 from trainer import schema
+from trainer.launch import LIVE_SLURM_STATES, job_tag
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 RUN = "single-math-tiny-shared-s0"
@@ -60,11 +65,19 @@ def start_launcher(cmd: list[str], log: Path) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def jobs_named(name: str) -> list[tuple[str, str]]:
-    """(job id, state) of every job squeue lists under `name`, ended ones included."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%i|%T"], capture_output=True, text=True,
+def run_jobs(run_dir: Path) -> list[tuple[str, str]]:
+    """(job id, state) of every job squeue lists with the run's tag, ended ones included (SLURM keeps
+    them MinJobAge seconds); other tests' jobs, of other run directories, are never among them."""
+    tag = job_tag(RUN, run_dir)
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%k"], capture_output=True, text=True,
                          check=True).stdout
-    return [tuple(line.split("|")) for line in out.split()]  # type: ignore[misc]
+    rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2]
+    return [(job_id, state) for job_id, state, comment in rows if comment == tag]
+
+
+def live_jobs(run_dir: Path) -> list[str]:
+    """Ids of the run's jobs that are queued or running."""
+    return [job_id for job_id, state in run_jobs(run_dir) if state in LIVE_SLURM_STATES]
 
 
 def job_record(run_dir: Path) -> dict[str, Any] | None:
@@ -77,8 +90,16 @@ def job_log(run_dir: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in (run_dir / schema.WORK_DIR / "submitit").glob("*.err"))
 
 
-def cancel_all(name: str) -> None:
-    subprocess.run(["scancel", "-n", name], check=True)
+def cancel_run_jobs(run_dir: Path) -> None:
+    """scancel the run's live jobs (by its tag and its job.json), and only those."""
+    ids = set(live_jobs(run_dir)) | ({job_record(run_dir)["job_id"]} if job_record(run_dir) else set())
+    if ids:
+        subprocess.run(["scancel", *sorted(ids)], capture_output=True)
+
+
+def checkpoint_steps(run_dir: Path) -> list[int]:
+    """Steps of the run's whole checkpoints (work/checkpoints/step-N)."""
+    return sorted(int(p.name.split("-")[1]) for p in (run_dir / schema.WORK_DIR / "checkpoints").glob("step-*"))
 
 
 def finish(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
@@ -102,7 +123,7 @@ def test_timeout_requeues_and_finishes_whole(tmp_path_factory, tmp_path: Path) -
         proc = start_launcher(launch_cmd(rc, base, run_dir), log)
         finish(proc, log, timeout_s=360)
     finally:
-        cancel_all(RUN)
+        cancel_run_jobs(run_dir)
     took = time.time() - t0
     text = job_log(run_dir)
     assert "DUE TO JOB REQUEUE" in text, f"SLURM never requeued the job:\n{text[-3000:]}"
@@ -125,18 +146,57 @@ def test_killed_launcher_reattaches(tmp_path_factory, tmp_path: Path) -> None:
     try:
         first = start_launcher(cmd, log)
         wait_for(lambda: job_record(run_dir) is not None and any(
-            s == "RUNNING" for _, s in jobs_named(RUN)), first, 120, "the job RUNNING", log)
+            s == "RUNNING" for _, s in run_jobs(run_dir)), first, 120, "the job RUNNING", log)
         job_id = job_record(run_dir)["job_id"]
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-        assert [j for j, s in jobs_named(RUN) if s == "RUNNING"] == [job_id]
+        assert run_jobs(run_dir) == [(job_id, "RUNNING")]
         second = start_launcher(cmd, log)
         wait_for(lambda: "re-attaching to SLURM job" in log.read_text(), second, 60, "re-attach", log)
-        assert [j for j, _ in jobs_named(RUN)] == [job_id], "a second job was submitted"
+        assert [j for j, _ in run_jobs(run_dir)] == [job_id], "a second job was submitted"
         finish(second, log, timeout_s=240)
+        assert [j for j, _ in run_jobs(run_dir)] == [job_id], "a second job was submitted"
     finally:
-        cancel_all(RUN)
+        cancel_run_jobs(run_dir)
     assert job_record(run_dir)["job_id"] == job_id
     assert log.read_text().count("submitted slurm job") == 1
     assert f"re-attaching to SLURM job {job_id}" in log.read_text()
     assert_nothing_partial(run_dir)
+
+
+def test_cancelled_job_resubmits_and_resumes(tmp_path_factory, tmp_path: Path) -> None:
+    """scancel the job once it has checkpointed and SIGKILL its launcher; the rerun submits a new job,
+    which resumes from the newest checkpoint: every step logged once, nothing partial."""
+    base = tiny_base_model(tmp_path_factory)
+    run_dir, log = tmp_path / RUN, tmp_path / "launch.log"
+    steps = 24
+    rc = slurm_config({"max_steps": steps, "save_every": 2, "eval_every": 8})
+    cmd = launch_cmd(rc, base, run_dir)
+    try:
+        first = start_launcher(cmd, log)
+        wait_for(lambda: job_record(run_dir) is not None and checkpoint_steps(run_dir) != [], first, 180,
+                 "a first checkpoint", log)
+        old_id = job_record(run_dir)["job_id"]
+        subprocess.run(["scancel", old_id], check=True)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        wait_for(lambda: not live_jobs(run_dir), None, 60, f"job {old_id} to end after scancel")
+        saved = checkpoint_steps(run_dir)
+        assert saved and saved[-1] < steps, f"the job finished before the scancel ({saved}); lengthen the run"
+        second = start_launcher(cmd, log)
+        wait_for(lambda: job_record(run_dir)["job_id"] != old_id, second, 60, "a new job", log)
+        new_id = job_record(run_dir)["job_id"]
+        finish(second, log, timeout_s=240)
+    finally:
+        cancel_run_jobs(run_dir)
+    assert sorted(j for j, _ in run_jobs(run_dir)) == sorted([old_id, new_id])
+    text = log.read_text()
+    assert text.count("submitted slurm job") == 2 and f"submitted slurm job {new_id}" in text, text[-3000:]
+    assert "re-attaching" not in text, text[-3000:]
+    new_log = (run_dir / schema.WORK_DIR / "submitit" / f"{new_id}_0_log.err").read_text(errors="replace")
+    assert f"resumed from step-{saved[-1]:06d}" in new_log, f"not resumed from step {saved[-1]}:\n{new_log[-3000:]}"
+    assert_nothing_partial(run_dir)
+    train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
+    assert len(train) == train["step"].nunique() * train["role"].nunique()
+    assert sorted(train["step"].unique()) == list(range(1, steps + 1))
+    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 8, 16, 24]
