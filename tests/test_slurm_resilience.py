@@ -44,10 +44,10 @@ def need_slurm() -> None:
         pytest.skip("no SLURM cluster here (.ci/slurm-up starts one)")
 
 
-def slurm_config(training: dict[str, Any], time_min: int = 10) -> dict[str, Any]:
+def slurm_config(training: dict[str, Any], time_min: int = 10, max_num_timeout: int = 3) -> dict[str, Any]:
     """A tiny run on the slurm backend, partition debug, a short signal delay and fast polling."""
     rc = tiny_run_config(RUN, training, backend="slurm", partition="debug", signal_delay_s=10,
-                         poll_interval_s=1, max_num_timeout=3)
+                         poll_interval_s=1, max_num_timeout=max_num_timeout)
     rc["resources"].update(cpus=1, mem_gb=2, time_min=time_min)
     return rc
 
@@ -58,10 +58,17 @@ def launch_cmd(rc: dict[str, Any], base_model: Path, run_dir: Path) -> list[str]
             str(base_model), "--run-dir", str(run_dir)]
 
 
-def start_launcher(cmd: list[str], log: Path) -> subprocess.Popen:
+def paced(pause_s: float) -> dict[str, str]:
+    """Environment that makes every training step last at least `pause_s` longer (the trainer's test
+    hook; sbatch hands the launcher's environment to the job), so that a test's window (a kill, a
+    wall-time signal) does not depend on how fast this machine trains."""
+    return {"TRAINER_TEST_PAUSE_AT": "step", "TRAINER_TEST_PAUSE_S": str(pause_s)}
+
+
+def start_launcher(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     """The launcher in its own process group, its output appended to `log`."""
     with open(log, "a") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=trainer_env(),
+        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=trainer_env(**env),
                                 start_new_session=True)
 
 
@@ -116,11 +123,13 @@ def test_timeout_requeues_and_finishes_whole(tmp_path_factory, tmp_path: Path) -
     """Wall time 1 min, training longer: submitit requeues on the signal; all steps once, done.json."""
     base = tiny_base_model(tmp_path_factory)
     run_dir, log = tmp_path / RUN, tmp_path / "launch.log"
-    steps = 60  # ~1 step/s here: the 1-min limit signals it around step 25
-    rc = slurm_config({"max_steps": steps, "save_every": 2, "eval_every": 20}, time_min=1)
+    # >= 2 s a step: 30 steps never fit in one 1-min job (signalled 10 s before its end, after ~15 s
+    # of start-up); about 2 jobs here, and requeues to spare for a slower, loaded machine
+    steps = 30
+    rc = slurm_config({"max_steps": steps, "save_every": 2, "eval_every": 10}, time_min=1, max_num_timeout=6)
     t0 = time.time()
     try:
-        proc = start_launcher(launch_cmd(rc, base, run_dir), log)
+        proc = start_launcher(launch_cmd(rc, base, run_dir), log, paced(2.0))
         finish(proc, log, timeout_s=360)
     finally:
         cancel_run_jobs(run_dir)
@@ -133,7 +142,7 @@ def test_timeout_requeues_and_finishes_whole(tmp_path_factory, tmp_path: Path) -
     train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
     assert len(train) == train["step"].nunique() * train["role"].nunique()
     assert sorted(train["step"].unique()) == list(range(1, steps + 1))
-    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 20, 40, 60]
+    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 10, 20, 30]
     print(f"timeout+requeue run took {took:.0f}s")
 
 
@@ -144,14 +153,14 @@ def test_killed_launcher_reattaches(tmp_path_factory, tmp_path: Path) -> None:
     rc = slurm_config({"max_steps": 8, "save_every": 2, "eval_every": 4})
     cmd = launch_cmd(rc, base, run_dir)
     try:
-        first = start_launcher(cmd, log)
+        first = start_launcher(cmd, log, paced(1.0))  # >= 8 s of training: the job outlives the kill
         wait_for(lambda: job_record(run_dir) is not None and any(
             s == "RUNNING" for _, s in run_jobs(run_dir)), first, 120, "the job RUNNING", log)
         job_id = job_record(run_dir)["job_id"]
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         assert run_jobs(run_dir) == [(job_id, "RUNNING")]
-        second = start_launcher(cmd, log)
+        second = start_launcher(cmd, log, paced(1.0))
         wait_for(lambda: "re-attaching to SLURM job" in log.read_text(), second, 60, "re-attach", log)
         assert [j for j, _ in run_jobs(run_dir)] == [job_id], "a second job was submitted"
         finish(second, log, timeout_s=240)
@@ -169,11 +178,11 @@ def test_cancelled_job_resubmits_and_resumes(tmp_path_factory, tmp_path: Path) -
     which resumes from the newest checkpoint: every step logged once, nothing partial."""
     base = tiny_base_model(tmp_path_factory)
     run_dir, log = tmp_path / RUN, tmp_path / "launch.log"
-    steps = 24
-    rc = slurm_config({"max_steps": steps, "save_every": 2, "eval_every": 8})
+    steps = 30  # >= 0.5 s a step: the job cannot finish in scancel's KillWait (5 s) after step 2
+    rc = slurm_config({"max_steps": steps, "save_every": 2, "eval_every": 10})
     cmd = launch_cmd(rc, base, run_dir)
     try:
-        first = start_launcher(cmd, log)
+        first = start_launcher(cmd, log, paced(0.5))
         wait_for(lambda: job_record(run_dir) is not None and checkpoint_steps(run_dir) != [], first, 180,
                  "a first checkpoint", log)
         old_id = job_record(run_dir)["job_id"]
@@ -183,7 +192,7 @@ def test_cancelled_job_resubmits_and_resumes(tmp_path_factory, tmp_path: Path) -
         wait_for(lambda: not live_jobs(run_dir), None, 60, f"job {old_id} to end after scancel")
         saved = checkpoint_steps(run_dir)
         assert saved and saved[-1] < steps, f"the job finished before the scancel ({saved}); lengthen the run"
-        second = start_launcher(cmd, log)
+        second = start_launcher(cmd, log, paced(0.5))
         wait_for(lambda: job_record(run_dir)["job_id"] != old_id, second, 60, "a new job", log)
         new_id = job_record(run_dir)["job_id"]
         finish(second, log, timeout_s=240)
@@ -199,4 +208,4 @@ def test_cancelled_job_resubmits_and_resumes(tmp_path_factory, tmp_path: Path) -
     train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
     assert len(train) == train["step"].nunique() * train["role"].nunique()
     assert sorted(train["step"].unique()) == list(range(1, steps + 1))
-    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 8, 16, 24]
+    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 10, 20, 30]
