@@ -28,18 +28,23 @@ FAST_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_thresho
 
 
 def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100) -> Path:
-    """model.json of the tiny base model, built once per test session (shared by the test modules)."""
+    """model.json of the tiny base model, built once per test session (shared by the test modules).
+
+    Built by `python -m trainer base-model` in a subprocess with the trainer's CPU settings (one
+    OpenMP thread, no malloc trimming): in the pytest process, torch's default threads on a busy
+    2-core machine made the 100 warm-start steps take ~10 minutes instead of ~1.
+    """
     root = tmp_path_factory.getbasetemp() / f"tiny-model-{warm_start_steps}"
     root.mkdir(exist_ok=True)
     out = root / "model.json"
     with open(root / ".lock", "w") as lock:  # several modules (or workers) may ask at once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not out.exists():
-            from trainer.base_model import build_base_model
-
             spec = base_model_spec(load_yaml(ROOT / "config.yaml"), "tiny", ["math"])
             spec["tiny"]["warm_start_steps"] = warm_start_steps
-            build_base_model(spec, out)
+            proc = subprocess.run([sys.executable, "-m", "trainer", "base-model", "--spec", json.dumps(spec),
+                                   "--out", str(out)], cwd=ROOT, env=trainer_env(), capture_output=True, text=True)
+            assert proc.returncode == 0 and out.exists(), f"building the tiny base model failed:\n{proc.stderr[-3000:]}"
     return out
 
 
