@@ -14,11 +14,10 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import torch
 import transformers
 
 from tests.conftest import ROOT
-from trainer.base_model import build_base_model, build_tokenizer, qwen3_tokenizer_dir
+from trainer.base_model import build_base_model, build_tiny_model, build_tokenizer, qwen3_tokenizer_dir
 from trainer.config import base_model_spec, load_yaml, resolve_run_config, validate_config
 from trainer.launch import write_run_config
 from trainer.runid import parse_run_id
@@ -48,15 +47,12 @@ def save_random_qwen3(path: Path, tokenizer=None, hidden_size: int = 64, num_hid
     tokenizer, all 151k entries) and the tokenizer, both written with save_pretrained to `path` (what a
     downloaded model directory holds)."""
     tok = tokenizer if tokenizer is not None else qwen3_tokenizer()
-    torch.manual_seed(seed)
-    heads = 4
-    config = transformers.Qwen3Config(
-        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_hidden_layers, num_attention_heads=heads, num_key_value_heads=2,
-        head_dim=hidden_size // heads, max_position_embeddings=4096, tie_word_embeddings=True,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    arch = {"hidden_size": hidden_size, "intermediate_size": 2 * hidden_size, "num_hidden_layers": num_hidden_layers,
+            "num_attention_heads": 4, "num_key_value_heads": 2}
+    model = build_tiny_model(arch, seed, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                             pad_token_id=tok.pad_token_id)
     path.mkdir(parents=True, exist_ok=True)
-    transformers.Qwen3ForCausalLM(config).save_pretrained(path)
+    model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 

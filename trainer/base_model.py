@@ -46,20 +46,22 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     return tok
 
 
-def build_tiny_model(tokenizer: Any, arch: dict[str, Any], seed: int):
-    """A randomly initialised Qwen3 causal LM sized by `arch`."""
+def build_tiny_model(arch: dict[str, Any], seed: int, *, vocab_size: int, eos_token_id: int | None,
+                     pad_token_id: int | None):
+    """A randomly initialised Qwen3 causal LM (float32, tied embeddings) sized by `arch`
+    (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     heads = arch["num_attention_heads"]
     config = Qwen3Config(
-        vocab_size=len(tokenizer), hidden_size=arch["hidden_size"], intermediate_size=arch["intermediate_size"],
+        vocab_size=vocab_size, hidden_size=arch["hidden_size"], intermediate_size=arch["intermediate_size"],
         num_hidden_layers=arch["num_hidden_layers"], num_attention_heads=heads,
         num_key_value_heads=arch["num_key_value_heads"], head_dim=arch["hidden_size"] // heads,
         max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=10000.0,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+        eos_token_id=eos_token_id, pad_token_id=pad_token_id, bos_token_id=None,
     )
-    return Qwen3ForCausalLM(config)
+    return Qwen3ForCausalLM(config).float()
 
 
 DEMO_PROBLEMS_PER_TASK = 1000  # x workflows x roles: more pairs than a short warm start can visit
@@ -160,7 +162,8 @@ def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
     log(f"{len(pairs)} demonstrations over tasks {sorted(spec['tasks'])}")
     texts = [text for pair in pairs for text in pair] + ["user\nassistant\n"] * 100  # the chat template's words
     tokenizer = build_tokenizer(texts, arch["vocab_size"])
-    model = build_tiny_model(tokenizer, arch, seed)
+    model = build_tiny_model(arch, seed, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id)
     log(f"tokenizer {len(tokenizer)} tokens; model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     t0 = time.time()
     stats = warm_start(model, tokenizer, pairs, arch, seed, log)

@@ -72,17 +72,20 @@ class HFGenerator:
         return results
 
 
-GENERATION_BACKENDS = ("hf", "vllm")
+def _vllm_generator(policies: PolicySet, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError("training.generation_backend: 'vllm' needs the vllm package, which is not installed "
+                          "here (pip install vllm, on a GPU machine), or set training.generation_backend: hf")
+    raise ConfigError("training.generation_backend: 'vllm' is installed, but this trainer has no vLLM backend "
+                      "yet (its adapters would have to be synchronised to the engine every step); use hf")
+
+
+# training.generation_backend -> constructor (the config schema lists the same names)
+_BACKENDS = {"hf": HFGenerator, "vllm": _vllm_generator}
 
 
 def make_generator(backend: str, policies: PolicySet, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
     """The rollout backend named by `training.generation_backend` (HFGenerator's arguments)."""
-    if backend == "hf":
-        return HFGenerator(policies, tokenizer, **kwargs)
-    if backend == "vllm":
-        if importlib.util.find_spec("vllm") is None:
-            raise ConfigError("training.generation_backend: 'vllm' needs the vllm package, which is not installed "
-                              "here (pip install vllm, on a GPU machine), or set training.generation_backend: hf")
-        raise ConfigError("training.generation_backend: 'vllm' is installed, but this trainer has no vLLM backend "
-                          "yet (its adapters would have to be synchronised to the engine every step); use hf")
-    raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(GENERATION_BACKENDS)})")
+    if backend not in _BACKENDS:
+        raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(_BACKENDS)})")
+    return _BACKENDS[backend](policies, tokenizer, **kwargs)
