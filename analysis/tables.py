@@ -1,6 +1,7 @@
 """The study's questions as tables, from the per-run summary (primary eval split, one row per run).
 
-- `improves_on_base`: the share of cells (mean over seeds) whose peak / terminal accuracy beats the base model.
+- `improves_on_base`: the share of cells (mean over seeds) whose peak / terminal accuracy beats the base model,
+  at all and by more than noise (`gain_noise`: two binomial standard errors of the eval set at base accuracy).
 - `isolated_vs_shared`: Isolated minus Shared, paired by cell and seed, with seeded bootstrap intervals over seeds.
 - `variance_decomposition`: sequential sums of squares of the gains over the factors and their two-way interactions.
 """
@@ -26,20 +27,37 @@ def primary_rows(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell_means(summary: pd.DataFrame) -> pd.DataFrame:
-    """Mean over seeds of each cell's gains."""
+    """Mean over seeds of each cell's gains (and of its noise floor, `gain_noise`, where the summary has it)."""
     rows = primary_rows(summary)
-    return rows.groupby(CELL, as_index=False)[GAINS].mean()
+    return rows.groupby(CELL, as_index=False)[[c for c in GAINS + ["gain_noise"] if c in rows]].mean()
+
+
+def beyond_noise(gain: pd.Series, noise: pd.Series) -> pd.Series:
+    """Whether each gain exceeds its noise floor (False where either is unknown)."""
+    return (gain > noise) & gain.notna() & noise.notna()
 
 
 def improves_on_base(summary: pd.DataFrame) -> pd.DataFrame:
-    """Share of cells whose mean gain over seeds is > 0 at peak and at terminal: overall, by policy, by workflow."""
+    """Share of cells whose mean gain over seeds is > 0, and > its noise floor, at peak and at terminal.
+
+    Overall and by each factor of the cell. The noise floor is `gain_noise` (two binomial standard
+    errors of the eval set at base accuracy); without it the beyond-noise shares are NaN.
+    """
     cells = cell_means(summary)
+    noise = cells["gain_noise"] if "gain_noise" in cells else pd.Series(np.nan, index=cells.index)
     out = []
 
+    def share(mask: pd.Series) -> float:
+        return float(mask.mean()) if len(mask) else np.nan
+
     def row(group: str, value: str, g: pd.DataFrame) -> dict:
+        n = noise.loc[g.index]
+        known = n.notna().all() and len(g)
         return {"group": group, "value": value, "n_cells": len(g),
-                "share_peak_improves": float((g["gain_peak"] > 0).mean()) if len(g) else np.nan,
-                "share_terminal_improves": float((g["gain_terminal"] > 0).mean()) if len(g) else np.nan,
+                "share_peak_improves": share(g["gain_peak"] > 0),
+                "share_terminal_improves": share(g["gain_terminal"] > 0),
+                "share_peak_beyond_noise": share(beyond_noise(g["gain_peak"], n)) if known else np.nan,
+                "share_terminal_beyond_noise": share(beyond_noise(g["gain_terminal"], n)) if known else np.nan,
                 "mean_gain_peak": float(g["gain_peak"].mean()) if len(g) else np.nan,
                 "mean_gain_terminal": float(g["gain_terminal"].mean()) if len(g) else np.nan}
 
@@ -48,6 +66,7 @@ def improves_on_base(summary: pd.DataFrame) -> pd.DataFrame:
         for value, g in cells.groupby(factor, sort=True):
             out.append(row(factor, str(value), g))
     return pd.DataFrame(out, columns=["group", "value", "n_cells", "share_peak_improves", "share_terminal_improves",
+                                      "share_peak_beyond_noise", "share_terminal_beyond_noise",
                                       "mean_gain_peak", "mean_gain_terminal"])
 
 
@@ -175,7 +194,11 @@ def failure_signatures(summary: pd.DataFrame, signatures: pd.DataFrame) -> pd.Da
 
 
 def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
-    """The paper's summary table: one row per cell (primary split), mean +- std over seeds, cliff rate."""
+    """The paper's summary table: one row per cell (primary split), mean +- std over seeds, cliff rate.
+
+    `gain_noise` is the cell's noise floor (mean over seeds of two binomial standard errors of the
+    eval set); `peak_beats_base` / `terminal_beats_base` say whether the mean gain exceeds it.
+    """
     main = set(primary_rows(summary)["split"]) if len(summary) else set()
     agg = aggregated[aggregated["split"].isin(main)] if len(aggregated) else aggregated
     out = agg[CELL + ["n_seeds"]].copy()
@@ -183,6 +206,11 @@ def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
         if f"{m}_mean" in agg:
             out[m] = [f"{a:.3f} ± {b:.3f}" if b == b else (f"{a:.3f}" if a == a else "")
                       for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])]
+    if "gain_noise_mean" in agg:
+        out["gain_noise"] = agg["gain_noise_mean"].round(3)
+        for at in ("peak", "terminal"):
+            beats = beyond_noise(agg[f"gain_{at}_mean"], agg["gain_noise_mean"])
+            out[f"{at}_beats_base"] = np.where(beats, "yes", "no")
     out["cliff_rate"] = agg["cliff_rate"].round(2)
     if "cliff_causes" in agg:
         out["cliff_causes"] = agg["cliff_causes"]

@@ -55,6 +55,35 @@ def test_improves_on_base_shares():
     assert imp.loc[("workflow", "eval_opt"), "share_peak_improves"] == 0.5
     # terminal = peak - 0.02: eval_opt shared is below base, eval_opt isolated 0.03 above
     assert imp.loc[("policy", "shared"), "share_terminal_improves"] == 0.5
+    assert imp["share_peak_beyond_noise"].isna().all()  # no noise floor in this summary: unknown, not "no"
+
+
+def test_beyond_noise_needs_the_gain_to_clear_two_standard_errors():
+    summary = planted_summary()
+    summary["gain_noise"] = 0.07  # e.g. base 0.5 on 200 problems: 2 * sqrt(0.25 / 200)
+    imp = tables.improves_on_base(summary).set_index(["group", "value"])
+    # peak gains: 0 and 0.05 (eval_opt) do not clear 0.07; 0.1 and 0.15 (voting) do
+    assert imp.loc[("all", "all"), "share_peak_improves"] == 0.75
+    assert imp.loc[("all", "all"), "share_peak_beyond_noise"] == 0.5
+    assert imp.loc[("workflow", "voting"), "share_peak_beyond_noise"] == 1.0
+    # terminal = peak - 0.02: voting shared 0.08 clears 0.07, so the same
+    assert imp.loc[("workflow", "voting"), "share_terminal_beyond_noise"] == 1.0
+    summary.loc[summary["workflow"] == "voting", "gain_noise"] = 0.09
+    imp = tables.improves_on_base(summary).set_index(["group", "value"])
+    assert imp.loc[("workflow", "voting"), "share_terminal_beyond_noise"] == 0.5  # only isolated's 0.13
+
+
+def test_cell_table_says_which_cells_beat_base_beyond_noise():
+    from analysis.summary import aggregate_seeds
+
+    summary = planted_summary()
+    summary["gain_noise"] = 0.07
+    summary["cliff"] = False
+    cells = tables.cell_table(summary, aggregate_seeds(summary)).set_index(["workflow", "task", "scale", "policy"])
+    assert (cells["gain_noise"] == 0.07).all()
+    assert cells.loc[("voting", "math", "a", "shared"), "peak_beats_base"] == "yes"  # 0.10 > 0.07
+    assert cells.loc[("eval_opt", "math", "a", "isolated"), "peak_beats_base"] == "no"  # 0.05 < 0.07
+    assert cells.loc[("voting", "code", "b", "shared"), "terminal_beats_base"] == "yes"  # 0.08 > 0.07
 
 
 def test_write_table_formats(tmp_path):
