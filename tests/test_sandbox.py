@@ -72,7 +72,7 @@ def no_leftovers():
         assert sandbox_processes() == [], "a sandbox process was left behind"
     children = [c for c in psutil.Process().children(recursive=True)
                 if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-                and not any("math_worker" in a for a in c.cmdline())]
+                and not any(helper in a for a in c.cmdline() for helper in ("math_worker", "sandbox_helper"))]
     assert children == [], "a child process was left behind"
 
 

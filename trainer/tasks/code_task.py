@@ -16,7 +16,8 @@ import re
 from typing import Any
 
 from trainer.tasks.base import Problem, Score, Task
-from trainer.tasks.sandbox import Limits, Sandbox, Verdict, default_sandbox
+from trainer.tasks.sandbox import Limits, Sandbox, Verdict
+from trainer.tasks.sandbox_helper import HelperSandbox
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _OPEN_FENCE = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n", re.IGNORECASE)
@@ -74,7 +75,8 @@ class CodeTask(Task):
     def __init__(self, workers: int | None = None, limits: Limits | None = None,
                  sandbox: Sandbox | None = None) -> None:
         super().__init__(workers)
-        self.sandbox = sandbox or (Sandbox(limits) if limits else default_sandbox())
+        # executions start from a small helper process: a fork of the trainer costs ~3x more
+        self.sandbox: Sandbox | HelperSandbox = sandbox or HelperSandbox(limits)
         # (tests spec, program) -> verdict: RL samples the same program for a problem again and
         # again, and every eval re-scores the same problems; a sandbox run costs ~25 ms.
         self._verdicts: dict[tuple[str, str], Verdict] = {}
@@ -112,6 +114,11 @@ class CodeTask(Task):
                     self._verdicts.clear()
                 self._verdicts[key] = verdict
         return Score(1.0, True, None) if verdict.passed else Score(0.0, True, verdict.error)
+
+    def close(self) -> None:
+        """End the sandbox helper processes, if any."""
+        if isinstance(self.sandbox, HelperSandbox):
+            self.sandbox.close()
 
     def answers_agree(self, a: str | None, b: str | None) -> bool:
         """Whether two programs are the same text after normalisation."""

@@ -709,18 +709,3 @@ def outputs_match(expected: str, got: str) -> bool:
     """Token-wise equality after whitespace normalisation (floats within 1e-6)."""
     e, g = expected.split(), got.split()
     return len(e) == len(g) and all(_token_equal(x, y) for x, y in zip(e, g))
-
-
-_default: Sandbox | None = None
-_default_lock = threading.Lock()
-
-
-def default_sandbox() -> Sandbox:
-    """The process-wide sandbox with default limits."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = Sandbox()
-        return _default
-
-
