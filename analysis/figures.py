@@ -154,6 +154,7 @@ def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
                         transform=ax.transAxes, ha="left", va="bottom", color="0.45", fontsize=6, style="italic")
             if r == nr - 1:
                 ax.set_xlabel("training step")
+                ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))  # steps are whole numbers
             if c == 0:
                 ax.set_ylabel("eval accuracy")
             ax.grid(alpha=0.3)
@@ -350,6 +351,7 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
         if len(g):
             ax.legend(fontsize=7, loc="upper left")
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))  # steps are whole numbers
         if i == 0:
             ax.set_ylabel("gradient norm (pre-clip)")
         ax.grid(alpha=0.3)
@@ -405,6 +407,7 @@ def shared_capture(data: Data, grid: Grid) -> plt.Figure:
             ax.set_ylim(0, 1)
             if r == nr - 1:
                 ax.set_xlabel("training step")
+                ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))  # steps are whole numbers
             if c == 0:
                 ax.set_ylabel("share of squared grad")
             g = _sel(g_sh, workflow=wf, task=task)
