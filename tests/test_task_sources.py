@@ -81,10 +81,12 @@ def test_reasoning_gym_problem_format():
 
 
 def test_worked_demonstrations_are_correct_column_sums(math_task):
-    from trainer.tasks.sources import column_sum_steps
+    from trainer.tasks.sources import column_sum
 
-    assert column_sum_steps("47 + 35", "x") == "7+5=12, 4+3+1=8"
-    assert column_sum_steps("9 + 95 + 7", "x") == "9+5+7=21, 9+2=11"  # the last carry is in the last column's sum
+    assert column_sum("47 + 35", "x") == ("7+5=12, 4+3+1=8", 82)
+    assert column_sum("9 + 95 + 7", "x") == ("9+5+7=21, 9+2=11", 111)  # the last carry is in the last column's sum
+    assert column_sum("47 + 35", "x", carry=False) == ("7+5=12, 4+3=7", 72)  # the carry forgotten
+    assert column_sum("69 + 75", "x", carry=False) == ("9+5=14, 6+7=13", 134)
     spec = {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 50, "seed": 1,
             "demonstration": "worked", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                   "max_digits": 2, "operators": ["+"],
@@ -95,6 +97,9 @@ def test_worked_demonstrations_are_correct_column_sums(math_task):
         assert all(eval(lhs) == int(rhs) for lhs, rhs in (s.split("=") for s in steps))  # each fact holds
         assert p.demonstration.endswith(f"= \\boxed{{{p.answer}}}")
     assert all(s.score == 1.0 for s in math_task.score_batch(probs, [p.demonstration for p in probs]))
+    flawed = [p for p in probs if p.flawed]  # the problems with a carry: their flawed demos are wrong
+    assert 0 < len(flawed) < len(probs)
+    assert all(s.score == 0.0 for s in math_task.score_batch(flawed, [p.flawed for p in flawed]))
 
 
 def test_worked_demonstrations_refuse_other_expressions():

@@ -90,6 +90,8 @@ def test_synthetic_demonstrations_score_one_and_wrong_ones_zero(code_task):
     assert all(s.score == 1.0 for s in code_task.score_batch(probs, [p.demonstration for p in probs]))
     wrong = ["```python\ndef f(*args):\n    return None\n```"] * len(probs)
     assert all(s.score == 0.0 for s in code_task.score_batch(probs, wrong))
+    assert all(p.flawed.count("print(") == 1 and "return" not in p.flawed for p in probs)
+    assert all(s.score == 0.0 for s in code_task.score_batch(probs, [p.flawed for p in probs]))  # prints, returns None
 
 
 def test_score_batch_matches_score_in_order(code_task, human_eval):

@@ -68,22 +68,47 @@ DEMO_PROBLEMS_PER_TASK = 1000  # x workflows x roles: more pairs than a short wa
 
 
 def demonstrations(spec: dict[str, Any], rng: random.Random) -> list[tuple[str, str]]:
-    """(user message, completion) pairs for every task, workflow and role of the demo."""
+    """(user message, completion) pairs for every task, workflow and role of the demo.
+
+    An imperfect teacher: a `flawed_demonstrations` share of the solution completions (those of
+    the generator, reviser, worker and synthesizer) carry the task's typical mistake where the
+    problem has one (Problem.flawed: a dropped carry, print for return), so the base model makes
+    it at about that rate, a behaviour RL can find and suppress, as RL on real models reweights
+    what the base already does. The flawed solution is also among the wrong ones that evaluators
+    judge Incorrect and aggregators pass over.
+    """
     from trainer.tasks import get_task, load_problems
     from trainer.workflows import make_workflow
 
+    flaw_rate = float(spec["tiny"].get("flawed_demonstrations", 0.0))
     pairs = []
     for task_name, entry in spec["tasks"].items():
         task = get_task(task_name)
         problems = load_problems(task_name, entry["task_params"]["train"], "train")
         problems = rng.sample(problems, min(len(problems), DEMO_PROBLEMS_PER_TASK))
-        wrong = [p.demonstration for p in problems]
+        others = [p.demonstration for p in problems]
         for workflow_name, params in entry["workflows"].items():
             workflow = make_workflow(workflow_name, params, task)
             for problem in problems:
-                pairs += workflow.demonstrations(problem, [w for w in rng.sample(wrong, 4)
-                                                           if w != problem.demonstration] or ["?"], rng)
+                wrong = [w for w in rng.sample(others, 4) if w != problem.demonstration] or ["?"]
+                if problem.flawed:
+                    wrong[0] = problem.flawed
+                for user, completion in workflow.demonstrations(problem, wrong, rng):
+                    if completion == problem.demonstration and problem.flawed and rng.random() < flaw_rate:
+                        completion = problem.flawed
+                    pairs.append((user, completion))
     return list(dict.fromkeys(pairs))
+
+
+DECAY_SHARE = 0.25  # of the warm start, at its end
+
+
+def warm_start_lr_factor(step: int, steps: int) -> float:
+    """The warm start's learning-rate multiplier: constant, then a linear decay to 10% over the last
+    quarter (warmup-stable-decay). Measured on the demo: the same 900 steps decayed from the start
+    learned a third less (26% vs 38% greedy on math)."""
+    start = int(steps * (1 - DECAY_SHARE))
+    return 1.0 if step < start else 1.0 - 0.9 * (step - start) / max(steps - start, 1)
 
 
 def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: dict[str, Any],
@@ -113,8 +138,8 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
         batch = sorted((examples[rng.randrange(len(examples))] for _ in range(batch_size)),
                        key=lambda pc: len(pc[0]) + len(pc[1]))
         n_tokens = sum(len(c) for _, c in batch)
-        for g in opt.param_groups:  # linear decay to 10% keeps the end of the warm start stable
-            g["lr"] = arch["warm_start_learning_rate"] * (1 - 0.9 * step / max(steps, 1))
+        for g in opt.param_groups:
+            g["lr"] = arch["warm_start_learning_rate"] * warm_start_lr_factor(step, steps)
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for part in (batch[i:i + size] for i in range(0, batch_size, size)):

@@ -17,6 +17,9 @@ class Problem:
     answer: str
     demonstration: str
     source: str
+    # the gold completion with the task's typical mistake (a dropped carry; print for return), or ""
+    # where the problem has none: the tiny model's warm start mixes it in as an imperfect teacher would
+    flawed: str = ""
 
 
 @dataclass(frozen=True)

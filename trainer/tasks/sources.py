@@ -109,34 +109,42 @@ def _reasoning_gym(task: str, spec: dict[str, Any], split: str, where: str) -> l
         meta = item.get("metadata") or {}
         expr = meta.get("expression")
         demo = f"{expr} = \\boxed{{{answer}}}" if expr else f"\\boxed{{{answer}}}"
+        flawed = ""
         if worked:
-            demo = f"{column_sum_steps(expr, where)}. {demo}"
-        problems.append(Problem(f"{name}/s{seed}/{idx}", question, answer, demo, f"reasoning_gym:{name}"))
+            steps, total = column_sum(expr, where)
+            demo = f"{steps}. {demo}"
+            dropped, wrong = column_sum(expr, where, carry=False)
+            flawed = f"{dropped}. {expr} = \\boxed{{{wrong}}}" if wrong != total else ""
+        problems.append(Problem(f"{name}/s{seed}/{idx}", question, answer, demo, f"reasoning_gym:{name}", flawed))
         if len(problems) == size:
             return problems
     raise ValueError(f"{where}: reasoning_gym {name!r} gave only {len(problems)} {split} problems "
                      f"in {limit} items; lower size or widen params")
 
 
-def column_sum_steps(expression: str | None, where: str) -> str:
-    """The worked column addition of a sum of non-negative integers, least significant digit first.
+def column_sum(expression: str | None, where: str, carry: bool = True) -> tuple[str, int]:
+    """The worked column addition of a sum of non-negative integers, least significant digit first,
+    and the sum it arrives at.
 
-    "47 + 35" gives "7+5=12, 4+3+1=8": each step is a one-digit fact and a carry, which a tiny
-    model learns from a few thousand demonstrations and composes on held-out sums; the bare
-    answer would ask it to learn two-digit addition in one token (it stays near 5%).
+    "47 + 35" gives "7+5=12, 4+3+1=8" and 82: each step is a one-digit fact and a carry, which a
+    tiny model learns from a few thousand demonstrations and composes on held-out sums; the bare
+    answer would ask it to learn two-digit addition in one token (it stays near 5%). With
+    `carry=False` the carries are forgotten, the classic mistake: "7+5=12, 4+3=7" and 72.
     """
     terms = [t.strip() for t in (expression or "").split("+")]
     if len(terms) < 2 or not all(t.isdigit() for t in terms):
         raise ValueError(f"{where}: demonstration 'worked' needs sums of non-negative integers "
                          f"(operators: ['+'], allow_negation: false); got expression {expression!r}")
     digits = [t[::-1] for t in terms]
-    carry, steps = 0, []
-    for i in range(max(map(len, digits))):
-        column = [int(d[i]) for d in digits if i < len(d)] + ([carry] if carry else [])
+    carried, steps, result = 0, [], 0
+    width = max(map(len, digits))
+    for i in range(width):
+        column = [int(d[i]) for d in digits if i < len(d)] + ([carried] if carried else [])
         total = sum(column)
         steps.append("+".join(map(str, column)) + f"={total}")
-        carry = total // 10
-    return ", ".join(steps)
+        carried = total // 10 if carry else 0
+        result += (total if i == width - 1 else total % 10) * 10**i
+    return ", ".join(steps), result
 
 
 # -- human_eval -----------------------------------------------------------------------------

@@ -114,6 +114,8 @@ def generate(size: int, seed: int, split: str) -> list[dict[str, str]]:
             "question": "Write a Python function " + text,
             "answer": json.dumps({"kind": "assert", "code": _tests(expr, sig, inputs), "entry_points": ["f"]}),
             "demonstration": f"```python\n{solution}```",
+            # the beginner's mistake: the value printed, not returned (the tests see None)
+            "flawed": f"```python\n{solution.replace('return ' + expr, f'print({expr})')}```",
         })
     return problems
 
