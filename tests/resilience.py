@@ -27,21 +27,27 @@ FAST_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_thresho
             "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100) -> Path:
-    """model.json of the tiny base model, built once per test session (shared by the test modules).
+def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100, tasks: tuple[str, ...] = ("math",),
+                    workflows: tuple[str, ...] | None = None) -> Path:
+    """model.json of the tiny base model, built once per test session (shared by the test modules):
+    config.yaml's tiny scale warm-started for `warm_start_steps` on the demonstrations of `tasks`
+    in the formats of `workflows` (default: every workflow of config.yaml).
 
     Built by `python -m trainer base-model` in a subprocess with the trainer's CPU settings (one
     OpenMP thread, no malloc trimming): in the pytest process, torch's default threads on a busy
     2-core machine made the 100 warm-start steps take ~10 minutes instead of ~1.
     """
-    root = tmp_path_factory.getbasetemp() / f"tiny-model-{warm_start_steps}"
+    name = f"tiny-model-{warm_start_steps}-{'-'.join(tasks)}" + (f"-{'-'.join(workflows)}" if workflows else "")
+    root = tmp_path_factory.getbasetemp() / name
     root.mkdir(exist_ok=True)
     out = root / "model.json"
     with open(root / ".lock", "w") as lock:  # several modules (or workers) may ask at once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not out.exists():
-            spec = base_model_spec(load_yaml(ROOT / "config.yaml"), "tiny", ["math"])
+            spec = base_model_spec(load_yaml(ROOT / "config.yaml"), "tiny", list(tasks))
             spec["tiny"]["warm_start_steps"] = warm_start_steps
+            for entry in spec["tasks"].values():
+                entry["workflows"] = {w: p for w, p in entry["workflows"].items() if not workflows or w in workflows}
             proc = subprocess.run([sys.executable, "-m", "trainer", "base-model", "--spec", json.dumps(spec),
                                    "--out", str(out)], cwd=ROOT, env=trainer_env(), capture_output=True, text=True)
             assert proc.returncode == 0 and out.exists(), f"building the tiny base model failed:\n{proc.stderr[-3000:]}"
