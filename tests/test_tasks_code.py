@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainer.tasks import Problem, get_task, load_problems
-from trainer.tasks.code_task import extract_code
+from trainer.tasks.code_task import CodeTask, extract_code
 from trainer.tasks.sources import code_tests
 
 
@@ -163,7 +163,6 @@ def test_score_cli_bad_lines_name_the_line(tmp_path, capsys, content, match):
 
 
 def test_repeated_programs_run_once_but_timeouts_rerun():
-    from trainer.tasks.code_task import CodeTask
     from trainer.tasks.sandbox import Limits
 
     task = CodeTask(workers=1, limits=Limits(timeout_s=1.0, cpu_s=2))
@@ -178,3 +177,21 @@ def test_repeated_programs_run_once_but_timeouts_rerun():
     for _ in range(2):
         assert task.score(p, loop).score == 0.0
     assert task.sandbox_runs == 4                              # a timeout depends on load: never cached
+
+
+def test_sandbox_helpers_are_reused_and_ended_with_the_task():
+    task = CodeTask(workers=2)
+    probs = load_problems("code", {"source": "synthetic_functions", "size": 8, "seed": 2}, "eval")
+    for _ in range(3):  # each score_batch runs in new threads; the helpers stay the same processes
+        task._verdicts.clear()
+        assert [s.score for s in task.score_batch(probs, [p.demonstration for p in probs])] == [1.0] * 8
+    helpers = list(task.sandbox._all)
+    assert 1 <= len(helpers) <= 2 and all(h.poll() is None for h in helpers)
+    for h in helpers:  # dead helpers are passed over: the next execution starts a new one
+        h.kill()
+        h.wait()
+    task._verdicts.clear()
+    assert task.score(probs[0], probs[0].demonstration).score == 1.0
+    assert len(task.sandbox._all) == len(helpers) + 1
+    task.close()
+    assert all(h.poll() is not None for h in task.sandbox._all + helpers)

@@ -4,7 +4,8 @@ Starting a sandboxed program forks the calling process, and a fork copies the ca
 tables: from the trainer (about 1.3 GB resident: torch, the model, the heap the allocator keeps)
 one execution took ~100 ms, from a small process ~35 ms (measured on the demo's code task). So
 the code task hands each execution to a helper, `python -m trainer.tasks.sandbox_helper`, which
-holds a `Sandbox` and nothing else; each scoring thread gets its own helper. The sandbox itself,
+holds a `Sandbox` and nothing else; concurrent executions (the task's scoring threads) each take
+an idle helper or start one, so there are as many helpers as executions ever ran at once. The sandbox itself,
 its limits and isolation, is the same code either way.
 
 Protocol over the helper's stdin/stdout: length-prefixed pickles, ("run_assert" | "run_stdio",
@@ -47,38 +48,42 @@ def _read(stream: BinaryIO) -> Any:
 
 
 class HelperSandbox:
-    """`Sandbox.run_assert` and `run_stdio`, executed by a helper process per calling thread."""
+    """`Sandbox.run_assert` and `run_stdio`, each executed by an idle helper process (started on demand)."""
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
-        self._local = threading.local()
-        self._helpers: list[subprocess.Popen] = []
         self._lock = threading.Lock()
+        self._idle: list[subprocess.Popen] = []
+        self._all: list[subprocess.Popen] = []
         atexit.register(self.close)
 
-    def _helper(self) -> subprocess.Popen:
-        proc = getattr(self._local, "proc", None)
-        if proc is None or proc.poll() is not None:
-            # the helper imports this checkout's trainer package, wherever the caller found it
-            root = str(Path(__file__).resolve().parents[2])
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-            proc = subprocess.Popen([sys.executable, "-m", "trainer.tasks.sandbox_helper"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, env=env, close_fds=True)
-            _write(proc.stdin, self.limits)
-            with self._lock:
-                self._helpers.append(proc)
-            self._local.proc = proc
+    def _acquire(self) -> subprocess.Popen:
+        with self._lock:
+            while self._idle:
+                proc = self._idle.pop()
+                if proc.poll() is None:
+                    return proc
+        # the helper imports this checkout's trainer package, wherever the caller found it
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen([sys.executable, "-m", "trainer.tasks.sandbox_helper"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env, close_fds=True)
+        _write(proc.stdin, self.limits)
+        with self._lock:
+            self._all.append(proc)
         return proc
 
     def _call(self, method: str, *args: Any) -> Verdict:
-        proc = self._helper()
+        proc = self._acquire()
         try:
             _write(proc.stdin, (method, args))
             status, value = _read(proc.stdout)
         except (EOFError, OSError) as e:
-            self._local.proc = None
             proc.kill()
+            proc.wait()
             raise RuntimeError(f"sandbox helper (pid {proc.pid}) died: {e}") from e
+        with self._lock:
+            self._idle.append(proc)
         if status != "ok":
             raise RuntimeError(f"sandbox helper: {value}")
         return value
@@ -94,7 +99,7 @@ class HelperSandbox:
     def close(self) -> None:
         """End every helper (closing its stdin ends it; killed if it does not exit)."""
         with self._lock:
-            helpers, self._helpers = self._helpers, []
+            helpers, self._all, self._idle = self._all, [], []
         for proc in helpers:
             try:
                 proc.stdin.close()
