@@ -83,10 +83,11 @@ def test_reasoning_gym_problem_format():
 def test_worked_demonstrations_are_correct_column_sums(math_task):
     from trainer.tasks.sources import column_sum
 
-    assert column_sum("47 + 35", "x") == ("7+5=12, 4+3+1=8", 82)
-    assert column_sum("9 + 95 + 7", "x") == ("9+5+7=21, 9+2=11", 111)  # the last carry is in the last column's sum
+    assert column_sum("47 + 35", "x") == ("7+5=12, 4+3=7, 7+1=8", 82)
+    assert column_sum("9 + 95 + 7", "x") == ("9+5+7=21, 9=9, 9+2=11", 111)  # the last carry is in the last column's sum
     assert column_sum("47 + 35", "x", carry=False) == ("7+5=12, 4+3=7", 72)  # the carry forgotten
     assert column_sum("69 + 75", "x", carry=False) == ("9+5=14, 6+7=13", 134)
+    assert column_sum("6 + 10", "x") == ("6+0=6, 1=1", 16)
     spec = {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 50, "seed": 1,
             "demonstration": "worked", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                   "max_digits": 2, "operators": ["+"],

@@ -126,10 +126,12 @@ def column_sum(expression: str | None, where: str, carry: bool = True) -> tuple[
     """The worked column addition of a sum of non-negative integers, least significant digit first,
     and the sum it arrives at.
 
-    "47 + 35" gives "7+5=12, 4+3+1=8" and 82: each step is a one-digit fact and a carry, which a
-    tiny model learns from a few thousand demonstrations and composes on held-out sums; the bare
-    answer would ask it to learn two-digit addition in one token (it stays near 5%). With
-    `carry=False` the carries are forgotten, the classic mistake: "7+5=12, 4+3=7" and 72.
+    "47 + 35" gives "7+5=12, 4+3=7, 7+1=8" and 82: each step a one-digit fact or a carry added
+    as a step of its own, which a tiny model learns from a few thousand demonstrations and composes
+    on held-out sums (the bare answer would ask it to learn two-digit addition in one token: it
+    stays near 5%). With `carry=False` the carries are forgotten, the classic mistake: "7+5=12,
+    4+3=7" and 72. A carry step of its own makes that mistake one decision (add the step or not),
+    so RL sees a carried answer rewarded whenever the facts are right.
     """
     terms = [t.strip() for t in (expression or "").split("+")]
     if len(terms) < 2 or not all(t.isdigit() for t in terms):
@@ -139,9 +141,12 @@ def column_sum(expression: str | None, where: str, carry: bool = True) -> tuple[
     carried, steps, result = 0, [], 0
     width = max(map(len, digits))
     for i in range(width):
-        column = [int(d[i]) for d in digits if i < len(d)] + ([carried] if carried else [])
+        column = [int(d[i]) for d in digits if i < len(d)]
         total = sum(column)
         steps.append("+".join(map(str, column)) + f"={total}")
+        if carried:
+            steps.append(f"{total}+{carried}={total + carried}")
+            total += carried
         carried = total // 10 if carry else 0
         result += (total if i == width - 1 else total % 10) * 10**i
     return ", ".join(steps), result
