@@ -319,7 +319,10 @@ def _roles(df: pd.DataFrame) -> list[str]:
 
 
 def _binned_mean(g: pd.DataFrame, value: str, bins: int = 50) -> pd.Series:
-    """Mean of `value` per step over runs, on at most `bins` step bins (keeps lines readable and fast)."""
+    """Mean of `value` per step over runs, on at most `bins` step bins (keeps lines readable and fast);
+    empty where `g` is (e.g. a role whose every step had no gradient: all its rewards tied)."""
+    if g.empty:
+        return pd.Series(dtype=float)
     steps = g["step"].to_numpy()
     width = max(int(math.ceil((steps.max() - steps.min() + 1) / bins)), 1)
     b = (steps - 1) // width * width + width / 2

@@ -81,3 +81,18 @@ def test_figures_with_no_finished_run_draw_every_cell_missing(workdir):
         assert (results / "figures" / f"{name}.png").stat().st_size > 5000, name
     skipped = pd.read_csv(results / "tables" / "skipped_runs.csv")
     assert len(skipped) == len(demo_runs(workdir)) // 2 and set(skipped["status"]) == {"missing"}
+
+
+def test_a_role_without_any_gradient_draws_an_empty_line():
+    """All of a role's grad_sq_share NaN (every group's rewards tied: no gradient) is an empty line, not an error."""
+    import matplotlib.pyplot as plt
+
+    from analysis.figures import _binned_mean
+
+    empty = _binned_mean(pd.DataFrame({"step": [], "grad_sq_share": []}), "grad_sq_share")
+    some = _binned_mean(pd.DataFrame({"step": [1, 2], "grad_sq_share": [0.25, 0.75]}), "grad_sq_share")
+    assert empty.empty and list(some.values) == [0.25, 0.75]
+    frame = pd.DataFrame({"generator": some, "aggregator": empty}).sort_index().fillna(0.0)
+    fig, ax = plt.subplots()
+    ax.stackplot(frame.index, frame.T.values)
+    plt.close(fig)
