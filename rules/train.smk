@@ -12,9 +12,10 @@ rule base_model:
         f"{RESULTS}/logs/base_model/{{scale}}.log",
     params:
         spec=base_model_arg,
+        cpu_env=cpu_env,
     threads: 2
     shell:
-        "python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
+        "{params.cpu_env} python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
 
 
 rule train:
@@ -34,9 +35,10 @@ rule train:
         run_config=run_config_arg,
         run_dir=lambda w: run_dir(w.run),
         restart=restart_flag,
+        cpu_env=cpu_env,
     threads: 1
     shell:
-        "python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
+        "{params.cpu_env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
         " --run-dir {params.run_dir} {params.restart} 2>&1 | tee {log}"
 
 
