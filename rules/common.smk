@@ -18,6 +18,7 @@ from trainer.config import (
     validate_config,
 )
 from trainer.runid import RUN_ID_PATTERN, parse_run_id
+from trainer.workflows import run_turns
 
 
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
@@ -67,6 +68,11 @@ def cpu_env(wildcards, output):
     """
     scale = wildcards.scale if hasattr(wildcards, "scale") else parse_run_id(wildcards.run).scale
     return CPU_ALLOCATOR if config["scales"][scale]["model"] == "tiny" else ""
+
+
+def train_priority(wildcards):
+    """The train job's priority: its most model calls, so the longest runs start first."""
+    return run_turns(resolve_run_config(config, parse_run_id(wildcards.run)))
 
 
 def base_model_json(wildcards):

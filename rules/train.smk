@@ -36,6 +36,7 @@ rule train:
         run_dir=lambda w: run_dir(w.run),
         restart=restart_flag,
         cpu_env=cpu_env,
+    priority: train_priority
     threads: 1
     shell:
         "{params.cpu_env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"

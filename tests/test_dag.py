@@ -50,6 +50,16 @@ def test_default_target_is_the_demo():
     assert len(runs) == 14 and all("-tiny-" in r for r in runs)
 
 
+def test_demo_train_jobs_start_longest_first():
+    """Priorities from the runs' model calls: the eval_opt x math runs first, the baselines last."""
+    out = snakemake("-n").stdout
+    priority = {run: int(p) for run, p in re.findall(r"wildcards: run=(\S+)\n\s+priority: (\d+)", out)}
+    assert len(priority) == 14
+    order = sorted(priority, key=priority.get, reverse=True)
+    assert {r.split("-")[0] + "-" + r.split("-")[1] for r in order[:2]} == {"eval_opt-math"}
+    assert set(order[-2:]) == {"single-math-tiny-shared-s0", "single-code-tiny-shared-s0"}
+
+
 @pytest.mark.parametrize("override, message", [
     ("training={learning_rat: 1}", "training.learning_rat: unknown key"),
     ("matrices={demo: {workflows: [debate]}}", "matrices.demo.workflows.0: 'debate' is not one of"),

@@ -151,6 +151,11 @@ class Workflow:
         """The per_role reward of a turn (the study's ablation); the final outcome unless overridden."""
         return episode.score.score if episode.score else 0.0
 
+    @classmethod
+    def max_turns(cls, params: dict[str, Any]) -> int:
+        """The most model calls one episode makes under `params`."""
+        raise NotImplementedError
+
 
 class Single(Workflow):
     """The single-agent baseline: one generator call."""
@@ -168,6 +173,10 @@ class Single(Workflow):
     def role_reward(self, episode, turn):
         return turn.score.score if turn.score else 0.0
 
+    @classmethod
+    def max_turns(cls, params):
+        return 1
+
 
 class Voting(Workflow):
     """`n_votes` voters answer in parallel (one role); the aggregator picks one solution as \\boxed{k}."""
@@ -177,6 +186,10 @@ class Voting(Workflow):
     @property
     def n_votes(self) -> int:
         return int(self.params.get("n_votes", 3))
+
+    @classmethod
+    def max_turns(cls, params):
+        return int(params.get("n_votes", 3)) + 1
 
     def aggregator_prompt(self, problem: Problem, solutions: list[str]) -> str:
         numbered = "\n\n".join(f"Solution {k + 1}: {s}" for k, s in enumerate(solutions))
@@ -234,6 +247,10 @@ class EvalOpt(Workflow):
     """Generator solves, evaluator judges \\boxed{Correct}/\\boxed{Incorrect}; revise until Correct or `max_iterations`."""
 
     name, roles = "eval_opt", ("generator", "evaluator")
+
+    @classmethod
+    def max_turns(cls, params):
+        return 2 * int(params.get("max_iterations", 3))
 
     def run(self, problems, generate):
         rounds = int(self.params.get("max_iterations", 3))
@@ -315,6 +332,10 @@ class OrchWorkers(Workflow):
     def max_subtasks(self) -> int:
         return int(self.params.get("max_subtasks", 3))
 
+    @classmethod
+    def max_turns(cls, params):
+        return int(params.get("max_subtasks", 3)) + 2
+
     def worker_prompt(self, problem: Problem, subtask: str) -> str:
         key = "worker_with_task" if self.params.get("share_main_task_with_workers") else "worker"
         return self.prompt(key, problem=problem.question, subtask=subtask)
@@ -378,6 +399,20 @@ def make_workflow(name: str, params: dict[str, Any], task: Task, prompts: dict[s
         raise ValueError(f"unknown workflow {name!r}: known are {sorted(WORKFLOWS)}")
     cls = WORKFLOWS[name]
     return cls(params, task, load_prompts(name, prompts))
+
+
+def run_turns(run_config: dict[str, Any]) -> int:
+    """The most model calls a run makes: turns per episode times its training and eval episodes.
+
+    A cost estimate that needs no model: the train rule's priority, so that the longest runs of
+    a sweep start first and none is left running alone at its end.
+    """
+    t = run_config["training"]
+    train = t["max_steps"] * t["prompts_per_step"] * t["num_generations"]
+    evals = 1 + sum(1 for s in range(1, t["max_steps"] + 1) if s % t["eval_every"] == 0 or s == t["max_steps"])
+    per_eval = sum(min(spec.get("size", t["eval_problems"]), t["eval_problems"])  # real eval sets: no `size`
+                   for spec in run_config["task_params"]["eval"])
+    return WORKFLOWS[run_config["workflow"]].max_turns(run_config["workflow_params"]) * (train + evals * per_eval)
 
 
 def score_episodes(workflow: Workflow, episodes: list[Episode]) -> None:
