@@ -367,6 +367,9 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
             ax.set_axis_off()
             continue
         ax.axhline(1.0, color="0.4", lw=0.8, ls=":")
+        # a ratio: log scale, so x3 above 1 and /3 below it look alike, and a near-zero reference
+        # norm (a role whose output turned deterministic) does not flatten every other point
+        ax.set_yscale("log")
         if not len(amp):
             ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
         else:

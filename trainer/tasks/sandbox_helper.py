@@ -5,8 +5,8 @@ tables: from the trainer (about 1.3 GB resident: torch, the model, the heap the 
 one execution took ~100 ms, from a small process ~35 ms (measured on the demo's code task). So
 the code task hands each execution to a helper, `python -m trainer.tasks.sandbox_helper`, which
 holds a `Sandbox` and nothing else; concurrent executions (the task's scoring threads) each take
-an idle helper or start one, so there are as many helpers as executions ever ran at once. The sandbox itself,
-its limits and isolation, is the same code either way.
+an idle helper or start one, so there are as many helpers as executions ever ran at once. The
+sandbox itself, its limits and isolation, is the same code either way.
 
 Protocol over the helper's stdin/stdout: length-prefixed pickles, ("run_assert" | "run_stdio",
 args) in, ("ok", Verdict) or ("error", message) out. The helper exits at EOF, so it never
