@@ -80,7 +80,8 @@ def majority_ignored(samples: pd.DataFrame) -> pd.DataFrame:
     answers = voters["completion"].map(lambda t: (_BOXED.findall(t) or [None])[-1])
     rows: dict[tuple[Any, Any], list[bool]] = {}
     for (step, split, _), g in voters.assign(answer=answers).groupby(["step", "split", "episode"], sort=False):
-        counts = Counter(a for a in g["answer"] if a is not None)
+        # an unboxed vote is no vote; pandas' string dtype stores it as NaN, not None
+        counts = Counter(a for a in g["answer"] if isinstance(a, str))
         if not counts:
             continue
         top, n = counts.most_common(1)[0]

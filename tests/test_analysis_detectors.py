@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis.gradients import capture
 from analysis.summary import summarize_curve
-from analysis.signatures import run_signatures
+from analysis.signatures import majority_ignored, run_signatures
 from analysis.sweep import analyse_run
 from analysis.runs import load_run
 from benchmarks.synthetic_logs import write_synthetic_run
@@ -65,3 +65,18 @@ def test_planted_evaluator_collapse_found_with_its_step(tmp_path):
     assert list(sigs["signature"]) == ["evaluator_always_accepts"] and sigs["onset_step"].iloc[0] == 60
     row = analyse_run(logs, {"cliff_drop": 0.1})["runs"].iloc[0]
     assert row["cliff"] and row["cliff_step"] == 60 and row["cliff_cause"] == "evaluator_always_accepts"
+
+
+def test_majority_ignored_reads_boxed_votes_and_skips_episodes_without_any():
+    """Unboxed votes are no votes: two of three unboxed (seen in a demo's voting x code run) once failed the analysis."""
+    rows = []
+    for episode, (votes, final) in enumerate([(["\\boxed{3}", "\\boxed{3}", "\\boxed{4}"], "4"),
+                                              (["\\boxed{5}", "\\boxed{5}", "x"], "5"),
+                                              (["x", "y", "\\boxed{5}"], "5")]):  # no boxed majority: skipped
+        rows += [{"step": 0, "split": "math", "episode": episode, "role": "generator", "completion": v,
+                  "final_answer": final} for v in votes]
+    math_rate = majority_ignored(pd.DataFrame(rows))
+    assert math_rate["majority_ignored_rate"].tolist() == [0.5]  # episode 0 departs from its majority, 1 follows
+    code = pd.DataFrame([{"step": 0, "split": "code", "episode": 0, "role": "generator",
+                          "completion": "def f(x):\n    return x", "final_answer": ""}] * 3)
+    assert majority_ignored(code).empty
