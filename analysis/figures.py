@@ -318,6 +318,14 @@ def _roles(df: pd.DataFrame) -> list[str]:
     return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
 
 
+def _log_y(ax: plt.Axes) -> None:
+    """A log y-axis with plain tick labels (0.5, 1, 2, 3, 5, ...), dense enough for a range under a decade."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(mticker.LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(mticker.NullFormatter())
+
+
 def _binned_mean(g: pd.DataFrame, value: str, bins: int = 50) -> pd.Series:
     """Mean of `value` per step over runs, on at most `bins` step bins (keeps lines readable and fast);
     empty where `g` is (e.g. a role whose every step had no gradient: all its rewards tied)."""
@@ -347,10 +355,7 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
             ax.plot(m.index, m.values, color=ROLE_COLOURS.get(role, "0.3"), lw=1.3, label=role)
         lo, hi = ax.get_ylim()
         if len(g) and lo > 0 and hi / lo > 2:  # log only where it spreads the lines; narrow ranges stay linear
-            ax.set_yscale("log")
-            ax.yaxis.set_major_locator(mticker.LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
-            ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.yaxis.set_minor_formatter(mticker.NullFormatter())
+            _log_y(ax)
         if len(g):
             ax.legend(fontsize=7, loc="upper left")
         ax.set_xlabel("training step")
@@ -369,7 +374,7 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
         ax.axhline(1.0, color="0.4", lw=0.8, ls=":")
         # a ratio: log scale, so x3 above 1 and /3 below it look alike, and a near-zero reference
         # norm (a role whose output turned deterministic) does not flatten every other point
-        ax.set_yscale("log")
+        _log_y(ax)
         if not len(amp):
             ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
         else:
