@@ -188,6 +188,11 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
     }
 
 
+def is_eval_step(step: int, training: dict[str, Any]) -> bool:
+    """Whether a run evaluates after `step` (0: the base model): every `eval_every` steps and at the last."""
+    return step % training["eval_every"] == 0 or step == training["max_steps"]
+
+
 def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
     """The part of a run config that decides its results (not where it runs, nor how long a build took)."""
     view = {k: run_config.get(k) for k in HASHED_KEYS}

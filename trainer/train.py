@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from trainer import schema
-from trainer.config import changed_keys
+from trainer.config import changed_keys, is_eval_step
 from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.policies import Policy, PolicySet, routing_table
 from trainer.rollout import make_generator
@@ -400,7 +400,7 @@ class Trainer:
             self.train_step(step)
             pause_for_tests("step")
             self.check_skipped(step)
-            if step % self.t["eval_every"] == 0 or step == max_steps:
+            if is_eval_step(step, self.t):
                 self.evaluate(step)
             stopping = stop is not None and stop.is_set() and step < max_steps
             if step % self.t["save_every"] == 0 or step == max_steps or stopping:

@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar
 
 import yaml
 
+from trainer.config import is_eval_step
 from trainer.tasks import Problem, Score, Task
 
 
@@ -57,6 +58,14 @@ class Episode:
 
 
 GenerateFn = Callable[[str, list[str]], list[Completion]]
+
+
+PARAM_DEFAULTS = {"n_votes": 3, "max_iterations": 3, "max_subtasks": 3}
+
+
+def workflow_param(params: dict[str, Any], key: str) -> int:
+    """An integer workflow parameter of `params`, or its default (PARAM_DEFAULTS) when unset."""
+    return int(params.get(key, PARAM_DEFAULTS[key]))
 
 
 def render(template: str, **fields: Any) -> str:
@@ -185,11 +194,11 @@ class Voting(Workflow):
 
     @property
     def n_votes(self) -> int:
-        return int(self.params.get("n_votes", 3))
+        return workflow_param(self.params, "n_votes")
 
     @classmethod
     def max_turns(cls, params):
-        return int(params.get("n_votes", 3)) + 1
+        return workflow_param(params, "n_votes") + 1
 
     def aggregator_prompt(self, problem: Problem, solutions: list[str]) -> str:
         numbered = "\n\n".join(f"Solution {k + 1}: {s}" for k, s in enumerate(solutions))
@@ -250,10 +259,10 @@ class EvalOpt(Workflow):
 
     @classmethod
     def max_turns(cls, params):
-        return 2 * int(params.get("max_iterations", 3))
+        return 2 * workflow_param(params, "max_iterations")
 
     def run(self, problems, generate):
-        rounds = int(self.params.get("max_iterations", 3))
+        rounds = workflow_param(self.params, "max_iterations")
         episodes = [Episode(p, info={"verdicts": [], "verdicts_parsed": []}) for p in problems]
         active = list(range(len(episodes)))
         feedback: dict[int, str] = {}
@@ -330,11 +339,11 @@ class OrchWorkers(Workflow):
 
     @property
     def max_subtasks(self) -> int:
-        return int(self.params.get("max_subtasks", 3))
+        return workflow_param(self.params, "max_subtasks")
 
     @classmethod
     def max_turns(cls, params):
-        return int(params.get("max_subtasks", 3)) + 2
+        return workflow_param(params, "max_subtasks") + 2
 
     def worker_prompt(self, problem: Problem, subtask: str) -> str:
         key = "worker_with_task" if self.params.get("share_main_task_with_workers") else "worker"
@@ -409,7 +418,7 @@ def run_turns(run_config: dict[str, Any]) -> int:
     """
     t = run_config["training"]
     train = t["max_steps"] * t["prompts_per_step"] * t["num_generations"]
-    evals = 1 + sum(1 for s in range(1, t["max_steps"] + 1) if s % t["eval_every"] == 0 or s == t["max_steps"])
+    evals = sum(is_eval_step(step, t) for step in range(t["max_steps"] + 1))
     per_eval = sum(min(spec.get("size", t["eval_problems"]), t["eval_problems"])  # real eval sets: no `size`
                    for spec in run_config["task_params"]["eval"])
     return WORKFLOWS[run_config["workflow"]].max_turns(run_config["workflow_params"]) * (train + evals * per_eval)
