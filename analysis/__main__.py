@@ -15,7 +15,7 @@ import pandas as pd
 from analysis.analyse import analyse
 from analysis.gradients import CAPTURE_SHARE
 from analysis.figures import render_all
-from trainer.schema import parse_run_id
+from trainer.sweep.rundir import parse_run_id
 
 
 def expected_axes(runs: list[str]) -> pd.DataFrame:

@@ -10,8 +10,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from trainer import schema
-
+from trainer.sweep import rundir
 # what the analysis reads of each log; pyarrow skips the rest (samples' prompts are most of its bytes)
 TRAIN_COLUMNS = ["step", "role", "policy", "n_turns", "grad_norm", "grad_sq_share", "completion_len_mean", "skipped"]
 EVAL_REQUIRED = ["step", "split", "accuracy", "n", "final_answer_parse_rate"]
@@ -50,20 +49,20 @@ def _read(run_dir: Path, name: str, columns: list[str] | None, required: list[st
 def load_run(run_dir: str | Path) -> RunLogs:
     """The run's config and logs, after checking that done.json matches its parquet (RunLogError if not)."""
     run_dir = Path(run_dir)
-    missing = [n for n in (schema.CONFIG_JSON, schema.DONE_JSON, schema.EVAL_PARQUET, schema.TRAIN_PARQUET)
+    missing = [n for n in (rundir.CONFIG_JSON, rundir.DONE_JSON, rundir.EVAL_PARQUET, rundir.TRAIN_PARQUET)
                if not (run_dir / n).exists()]
     if missing:
         raise RunLogError(f"{run_dir.name}: missing {', '.join(missing)}")
     try:
-        cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
-        done = json.loads((run_dir / schema.DONE_JSON).read_text())
+        cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
+        done = json.loads((run_dir / rundir.DONE_JSON).read_text())
     except json.JSONDecodeError as e:
         raise RunLogError(f"{run_dir.name}: bad JSON: {e}") from e
     lacking = [k for k in ("run", "workflow", "task", "scale", "policy", "seed", "training") if k not in cfg]
     if lacking:
         raise RunLogError(f"{run_dir.name}: config.json lacks {', '.join(lacking)}")
-    evals = _read(run_dir, schema.EVAL_PARQUET, None, EVAL_REQUIRED)
-    train = _read(run_dir, schema.TRAIN_PARQUET, TRAIN_COLUMNS, TRAIN_COLUMNS)
+    evals = _read(run_dir, rundir.EVAL_PARQUET, None, EVAL_REQUIRED)
+    train = _read(run_dir, rundir.TRAIN_PARQUET, TRAIN_COLUMNS, TRAIN_COLUMNS)
     problems = []
     if done.get("config_hash") != cfg.get("config_hash"):
         problems.append(f"done.json hash {done.get('config_hash')} != config.json hash {cfg.get('config_hash')}")
@@ -77,8 +76,8 @@ def load_run(run_dir: str | Path) -> RunLogs:
     if problems:
         raise RunLogError(f"{run_dir.name}: " + "; ".join(problems))
     samples = pd.DataFrame(columns=SAMPLES_COLUMNS)
-    if cfg["workflow"] in SAMPLES_WORKFLOWS and (run_dir / schema.SAMPLES_PARQUET).exists():
-        samples = _read(run_dir, schema.SAMPLES_PARQUET, SAMPLES_COLUMNS, SAMPLES_COLUMNS)
+    if cfg["workflow"] in SAMPLES_WORKFLOWS and (run_dir / rundir.SAMPLES_PARQUET).exists():
+        samples = _read(run_dir, rundir.SAMPLES_PARQUET, SAMPLES_COLUMNS, SAMPLES_COLUMNS)
     return RunLogs(cfg["run"], cfg, evals, train, samples)
 
 

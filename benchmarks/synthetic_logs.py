@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainer import schema
-from trainer.schema import parse_run_id
+from trainer.sweep import rundir
+from trainer.sweep.rundir import parse_run_id
 
 ROLES = {"single": ["generator"], "eval_opt": ["generator", "evaluator"], "voting": ["generator", "aggregator"],
          "orch_workers": ["orchestrator", "worker", "synthesizer"]}
@@ -65,7 +65,7 @@ def write_synthetic_run(run_dir: Path, run: str, *, steps: int = 30, eval_every:
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = {"run": run, **rid.axes(), "workflow_params": params,
            "training": {"max_steps": steps, "eval_every": eval_every}, "config_hash": "synthetic"}
-    schema.write_json_atomic(cfg, run_dir / schema.CONFIG_JSON)
+    rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
 
     s = np.arange(1, steps + 1)
     cols: dict[str, list[np.ndarray]] = {}
@@ -99,11 +99,11 @@ def write_synthetic_run(run_dir: Path, run: str, *, steps: int = 30, eval_every:
                            "final_answer_parse_rate": parse_rate(x) if parse_rate else 1.0, "time_s": 1.0,
                            **{k: f(x) for k, f in (diagnostics or {}).items()}}
                           for x in eval_steps for sp in (splits or ["main"])])
-    schema.write_parquet_atomic(schema.to_table(train, schema.TRAIN_SCHEMA), run_dir / schema.TRAIN_PARQUET)
-    schema.write_parquet_atomic(schema.to_table(evals, schema.EVAL_SCHEMA), run_dir / schema.EVAL_PARQUET)
-    schema.write_parquet_atomic(schema.to_table(samples or [], schema.SAMPLES_SCHEMA), run_dir / schema.SAMPLES_PARQUET)
-    schema.write_json_atomic({"run": run, "steps_done": steps, "steps_expected": steps, "config_hash": "synthetic",
-                              "wall_time_s": 1.0}, run_dir / schema.DONE_JSON)
+    rundir.write_parquet_atomic(rundir.to_table(train, rundir.TRAIN_SCHEMA), run_dir / rundir.TRAIN_PARQUET)
+    rundir.write_parquet_atomic(rundir.to_table(evals, rundir.EVAL_SCHEMA), run_dir / rundir.EVAL_PARQUET)
+    rundir.write_parquet_atomic(rundir.to_table(samples or [], rundir.SAMPLES_SCHEMA), run_dir / rundir.SAMPLES_PARQUET)
+    rundir.write_json_atomic({"run": run, "steps_done": steps, "steps_expected": steps, "config_hash": "synthetic",
+                              "wall_time_s": 1.0}, run_dir / rundir.DONE_JSON)
 
 
 def _unit(run: str, salt: str) -> float:

@@ -9,7 +9,7 @@ sys.path.insert(0, workflow.basedir)  # the packages of this repository, install
 
 from snakemake.cli import get_argument_parser
 
-from trainer.config import (
+from trainer.sweep.config import (
     base_model_spec,
     expand_matrix,
     load_yaml,
@@ -17,7 +17,7 @@ from trainer.config import (
     restart_requested,
     validate_config,
 )
-from trainer.runid import RUN_ID_PATTERN, parse_run_id
+from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.workflows import run_turns
 
 

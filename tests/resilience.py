@@ -17,9 +17,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from tests.conftest import ROOT
-from trainer import schema
-from trainer.config import base_model_spec, load_yaml, resolve_run_config
-from trainer.runid import parse_run_id
+from trainer.sweep import rundir
+from trainer.sweep.config import base_model_spec, load_yaml, resolve_run_config
+from trainer.sweep.runid import parse_run_id
 
 TINY_RUN = {"max_steps": 4, "eval_every": 2, "save_every": 2, "keep_last": 3, "prompts_per_step": 4,
             "num_generations": 4, "eval_problems": 24, "samples_per_eval": 2}
@@ -67,7 +67,7 @@ def published_logs(run_dir: Path) -> dict[str, pd.DataFrame]:
     out = {}
     for name in ("train", "eval", "samples"):
         df = pd.read_parquet(run_dir / f"{name}.parquet")
-        out[name] = df.drop(columns=[c for c in schema.TIME_COLUMNS if c in df.columns])
+        out[name] = df.drop(columns=[c for c in rundir.TIME_COLUMNS if c in df.columns])
     return out
 
 
@@ -80,8 +80,8 @@ def assert_same_logs(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> 
 
 def temporaries(run_dir: Path) -> list[Path]:
     """Leftovers of interrupted atomic writes: `.NAME.tmp-PID` files and `.step-*` checkpoint dirs."""
-    found = [*run_dir.glob(".*.tmp*"), *(run_dir / schema.WORK_DIR).glob(".*.tmp*")]
-    found += list((run_dir / schema.WORK_DIR / "checkpoints").glob(".*"))
+    found = [*run_dir.glob(".*.tmp*"), *(run_dir / rundir.WORK_DIR).glob(".*.tmp*")]
+    found += list((run_dir / rundir.WORK_DIR / "checkpoints").glob(".*"))
     return sorted(found)
 
 
@@ -90,26 +90,26 @@ def assert_nothing_partial(run_dir: Path, done: bool = True) -> None:
     each checkpoint) readable; every checkpoint whole; and, when `done`, done.json consistent with
     config.json and the parquet files (all steps, each (step, role) and (step, split) once)."""
     assert not temporaries(run_dir), f"{run_dir}: leftovers of interrupted writes: {temporaries(run_dir)}"
-    for path in [*run_dir.glob("*.parquet"), *(run_dir / schema.WORK_DIR).glob("checkpoints/step-*/*.parquet")]:
+    for path in [*run_dir.glob("*.parquet"), *(run_dir / rundir.WORK_DIR).glob("checkpoints/step-*/*.parquet")]:
         pq.read_table(path)  # raises on a truncated file
-    for ckpt in (run_dir / schema.WORK_DIR / "checkpoints").glob("step-*"):
-        for name in ("state.pt", schema.CONFIG_JSON, schema.TRAIN_PARQUET, schema.EVAL_PARQUET,
-                     schema.SAMPLES_PARQUET, "policies"):
+    for ckpt in (run_dir / rundir.WORK_DIR / "checkpoints").glob("step-*"):
+        for name in ("state.pt", rundir.CONFIG_JSON, rundir.TRAIN_PARQUET, rundir.EVAL_PARQUET,
+                     rundir.SAMPLES_PARQUET, "policies"):
             assert (ckpt / name).exists(), f"{ckpt}: no {name}"
     if not done:
         return
-    config = json.loads((run_dir / schema.CONFIG_JSON).read_text())
-    finished = json.loads((run_dir / schema.DONE_JSON).read_text())
+    config = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
+    finished = json.loads((run_dir / rundir.DONE_JSON).read_text())
     steps = config["training"]["max_steps"]
     assert finished["config_hash"] == config["config_hash"], f"{run_dir}: done.json's hash is not config.json's"
     assert finished["steps_done"] == finished["steps_expected"] == steps
-    train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
-    evals = pd.read_parquet(run_dir / schema.EVAL_PARQUET)
+    train = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET)
+    evals = pd.read_parquet(run_dir / rundir.EVAL_PARQUET)
     assert sorted(train["step"].unique()) == list(range(1, steps + 1)), f"{run_dir}: train steps"
     assert not train.duplicated(["step", "role"]).any(), f"{run_dir}: a (step, role) row twice"
     assert not evals.duplicated(["step", "split"]).any(), f"{run_dir}: a (step, split) row twice"
     assert evals["step"].max() == steps and evals["step"].min() == 0
-    samples = pd.read_parquet(run_dir / schema.SAMPLES_PARQUET)
+    samples = pd.read_parquet(run_dir / rundir.SAMPLES_PARQUET)
     assert set(samples["step"]) <= set(evals["step"])
 
 
@@ -127,7 +127,7 @@ def start_trainer(run_dir: Path, log: Path, **env: str) -> subprocess.Popen:
 
 def progress_step(run_dir: Path) -> int:
     """The step in work/progress.json (-1 before the trainer wrote it)."""
-    path = run_dir / schema.WORK_DIR / schema.PROGRESS_JSON
+    path = run_dir / rundir.WORK_DIR / rundir.PROGRESS_JSON
     return json.loads(path.read_text())["step"] if path.exists() else -1
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from analysis.names import FIGURE_FORMATS, FIGURES, TABLES
 from tests.conftest import snakemake
-from trainer.config import expand_matrix, load_yaml
+from trainer.sweep.config import expand_matrix, load_yaml
 
 SEEDS = "seeds=[0,1]"
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from tests.conftest import ROOT
-from trainer.base_model import build_tokenizer, check_completion_lengths, demonstrations, warm_start_lr_factor
-from trainer.config import base_model_spec, load_yaml
+from trainer.models.base_model import build_tokenizer, check_completion_lengths, demonstrations, warm_start_lr_factor
+from trainer.sweep.config import base_model_spec, load_yaml
 
 
 def code_spec(flaw_rate: float) -> dict:

@@ -7,9 +7,9 @@ import copy
 import pytest
 
 from tests.conftest import ROOT
-from trainer.config import (ConfigError, changed_keys, config_hash, expand_matrix, load_yaml, resolve_run_config,
+from trainer.sweep.config import (ConfigError, changed_keys, config_hash, expand_matrix, load_yaml, resolve_run_config,
                             validate_config)
-from trainer.runid import RunId, parse_run_id
+from trainer.sweep.runid import RunId, parse_run_id
 
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
 
@@ -116,7 +116,7 @@ def test_hash_covers_the_base_model_but_not_its_build_time(config):
 
 
 def test_base_model_does_not_depend_on_the_training_schedule(config):
-    from trainer.config import base_model_spec
+    from trainer.sweep.config import base_model_spec
 
     before = base_model_spec(config, "tiny", ["math", "code"])
     config["training"]["beta"] = 0.1

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tests.conftest import ROOT, snakemake
-from trainer.profiles import install_profile
+from trainer.sweep.profiles import install_profile
 
 
 def train_runs(dry_run_output: str) -> Counter:

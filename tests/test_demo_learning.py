@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from tests.resilience import tiny_base_model, tiny_run_config
-from trainer.launch import write_run_config
-from trainer.train import run_training
+from trainer.sweep.launch import write_run_config
+from trainer.rl.train import run_training
 
 RUN = "single-code-tiny-shared-s0"
 WARM_START_STEPS = 300

@@ -17,7 +17,7 @@ import pytest
 from transformers.generation.utils import GenerationMixin
 
 from tests.local_qwen3 import real_scale_config, save_random_qwen3, small_vocab_tokenizer
-from trainer.train import Trainer
+from trainer.rl.train import Trainer
 
 MAX_ITERATIONS = 2
 # Completions of 3 tokens cannot hold a whole \boxed{Correct} (15 tokens in the small vocabulary), so every
@@ -125,8 +125,8 @@ def test_generation_backend_key_picks_the_rollout_backend(model_dir, tmp_path, m
     """training.generation_backend: hf (config.yaml's default) gives HFGenerator; vllm, where the package
     is not importable, fails at trainer start with an error naming the key; other values fail validation."""
     from tests.conftest import ROOT
-    from trainer import rollout
-    from trainer.config import ConfigError, load_yaml, validate_config
+    from trainer.rl import rollout
+    from trainer.sweep.config import ConfigError, load_yaml, validate_config
 
     config = load_yaml(ROOT / "config.yaml")
     assert config["training"]["generation_backend"] == "hf"

@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import ROOT, snakemake
 from tests.resilience import assert_same_logs, published_logs, tiny_base_model, trainer_env
-from trainer import schema
+from trainer.sweep import rundir
 from trainer.workflows import WORKFLOWS
 
 SCHEDULE = {"max_steps": 2, "eval_every": 2, "save_every": 2, "prompts_per_step": 2, "num_generations": 2,
@@ -28,8 +28,8 @@ SCHEDULE = {"max_steps": 2, "eval_every": 2, "save_every": 2, "prompts_per_step"
 WORKFLOW_NAMES = ["eval_opt", "voting", "orch_workers"]
 RUNS = ["single-math-tiny-shared-s0"] + [f"{w}-math-tiny-{p}-s0" for w in WORKFLOW_NAMES
                                           for p in ("shared", "isolated")]
-RUN_FILES = (schema.CONFIG_JSON, schema.TRAIN_PARQUET, schema.EVAL_PARQUET, schema.SAMPLES_PARQUET,
-             schema.DONE_JSON)
+RUN_FILES = (rundir.CONFIG_JSON, rundir.TRAIN_PARQUET, rundir.EVAL_PARQUET, rundir.SAMPLES_PARQUET,
+             rundir.DONE_JSON)
 REPEATED = "voting-math-tiny-isolated-s0"
 
 
@@ -74,29 +74,29 @@ def test_every_workflow_and_mode_writes_the_run_contract(matrix_dir):
         d = runs / run
         for name in RUN_FILES:
             assert (d / name).exists(), f"{run}: no {name}"
-        config = json.loads((d / schema.CONFIG_JSON).read_text())
-        done = json.loads((d / schema.DONE_JSON).read_text())
+        config = json.loads((d / rundir.CONFIG_JSON).read_text())
+        done = json.loads((d / rundir.DONE_JSON).read_text())
         assert done["steps_done"] == done["steps_expected"] == SCHEDULE["max_steps"], run
         assert done["config_hash"] == config["config_hash"], run
         roles = WORKFLOWS[workflow].roles
         routing = {r: "shared" if policy == "shared" else r for r in roles}
-        train = pd.read_parquet(d / schema.TRAIN_PARQUET)
-        assert set(schema.TRAIN_SCHEMA.names) <= set(train.columns), run
+        train = pd.read_parquet(d / rundir.TRAIN_PARQUET)
+        assert set(rundir.TRAIN_SCHEMA.names) <= set(train.columns), run
         assert sorted(train["step"].unique()) == [1, 2], run
         for step in (1, 2):
             rows = train[train["step"] == step]
             assert sorted(rows["role"]) == sorted(roles), f"{run} step {step}: roles {list(rows['role'])}"
         assert dict(zip(train["role"], train["policy"])) == routing, run
         assert (train["n_turns"] > 0).all(), run
-        evals = pd.read_parquet(d / schema.EVAL_PARQUET)
-        assert set(schema.EVAL_SCHEMA.names) <= set(evals.columns), run
+        evals = pd.read_parquet(d / rundir.EVAL_PARQUET)
+        assert set(rundir.EVAL_SCHEMA.names) <= set(evals.columns), run
         assert sorted(evals["step"]) == [0, SCHEDULE["max_steps"]], run
         assert (evals["n"] == SCHEDULE["eval_problems"]).all(), run
-        samples = pd.read_parquet(d / schema.SAMPLES_PARQUET)
+        samples = pd.read_parquet(d / rundir.SAMPLES_PARQUET)
         assert len(samples) > 0 and set(samples["role"]) == set(roles), run
-        checkpoints = sorted(p.name for p in (d / schema.WORK_DIR / "checkpoints").glob("step-*"))
+        checkpoints = sorted(p.name for p in (d / rundir.WORK_DIR / "checkpoints").glob("step-*"))
         assert checkpoints == ["step-000002"], run
-        assert (d / schema.WORK_DIR / "checkpoints" / "step-000002" / "state.pt").exists(), run
+        assert (d / rundir.WORK_DIR / "checkpoints" / "step-000002" / "state.pt").exists(), run
 
 
 @pytest.mark.slow
@@ -104,7 +104,7 @@ def test_same_seed_twice_gives_identical_logs(matrix_dir, tmp_path):
     first = matrix_dir / "results" / "runs" / REPEATED
     again = tmp_path / REPEATED
     again.mkdir()
-    shutil.copy(first / schema.CONFIG_JSON, again / schema.CONFIG_JSON)
+    shutil.copy(first / rundir.CONFIG_JSON, again / rundir.CONFIG_JSON)
     proc = subprocess.run([sys.executable, "-m", "trainer", "train", "--run-dir", str(again)], cwd=ROOT,
                           capture_output=True, text=True, env=trainer_env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, snakemake
-from trainer.schema import TRAIN_SCHEMA
+from trainer.sweep.rundir import TRAIN_SCHEMA
 
 SHORT = {"max_steps": 4, "eval_every": 2, "save_every": 2, "prompts_per_step": 4, "num_generations": 4,
          "eval_problems": 40, "samples_per_eval": 4}

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from tests.local_qwen3 import real_scale_config, save_random_qwen3
 from trainer.tasks.base import Score
-from trainer.train import Trainer
+from trainer.rl.train import Trainer
 
 LAYERS = 2
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs, tiny_base_model, tiny_run_config
-from trainer.launch import LaunchError, launch, write_run_config
-from trainer.train import ResumeError, Trainer, run_training
+from trainer.sweep.launch import LaunchError, launch, write_run_config
+from trainer.rl.train import ResumeError, Trainer, run_training
 
 RUN = "voting-math-tiny-isolated-s0"
 
@@ -129,8 +129,8 @@ def test_changed_config_is_refused_by_the_launcher_and_cli_before_submitting(tmp
 
 @pytest.mark.slow
 def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model, monkeypatch, capsys):
-    import trainer.train as train_module
-    from trainer.grpo import LOSS_AGGREGATIONS
+    import trainer.rl.train as train_module
+    from trainer.rl.grpo import LOSS_AGGREGATIONS
 
     real = LOSS_AGGREGATIONS["dapo"]
     poisoned = {"on": False}

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import torch
 
-from trainer import train as train_mod
-from trainer.base_model import build_tiny_model
-from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
-from trainer.policies import PolicySet, routing_table
-from trainer.train import GradientRecorder, Row, Trainer, collate
+from trainer.rl import train as train_mod
+from trainer.models.base_model import build_tiny_model
+from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
+from trainer.rl.policies import PolicySet, routing_table
+from trainer.rl.train import GradientRecorder, Row, Trainer, collate
 
 VOCAB, PAD = 64, 0
 ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -199,8 +199,8 @@ def test_recorded_role_grad_norms_equal_separate_backward_passes(finetune: str, 
 def test_policy_groups_from_config_reach_the_routing_table() -> None:
     """training.policy_groups is a valid config key and is what the trainer's routing reads."""
     from tests.conftest import ROOT
-    from trainer.config import load_yaml, resolve_run_config, validate_config
-    from trainer.runid import parse_run_id
+    from trainer.sweep.config import load_yaml, resolve_run_config, validate_config
+    from trainer.sweep.runid import parse_run_id
 
     config = load_yaml(ROOT / "config.yaml")
     groups = {"voters_and_aggregator": ["generator", "aggregator"]}

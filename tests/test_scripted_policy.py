@@ -14,7 +14,7 @@ import math
 import pytest
 
 from trainer.tasks import Problem, get_task
-from trainer.train import assign_rewards_and_advantages
+from trainer.rl.train import assign_rewards_and_advantages
 from trainer.workflows import Completion, make_workflow, score_episodes
 
 FORMAT = "Put the final answer in \\boxed{}."

@@ -22,8 +22,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.resilience import assert_nothing_partial, tiny_base_model, tiny_run_config, trainer_env, wait_for
-from trainer import schema
-from trainer.launch import LIVE_SLURM_STATES, job_tag
+from trainer.sweep import rundir
+from trainer.sweep.launch import LIVE_SLURM_STATES, job_tag
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 RUN = "single-math-tiny-shared-s0"
@@ -88,13 +88,13 @@ def live_jobs(run_dir: Path) -> list[str]:
 
 
 def job_record(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / schema.WORK_DIR / "job.json"
+    path = run_dir / rundir.WORK_DIR / "job.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
 def job_log(run_dir: Path) -> str:
     """All submitit stderr logs of the run's jobs."""
-    return "".join(p.read_text(errors="replace") for p in (run_dir / schema.WORK_DIR / "submitit").glob("*.err"))
+    return "".join(p.read_text(errors="replace") for p in (run_dir / rundir.WORK_DIR / "submitit").glob("*.err"))
 
 
 def cancel_run_jobs(run_dir: Path) -> None:
@@ -106,7 +106,7 @@ def cancel_run_jobs(run_dir: Path) -> None:
 
 def checkpoint_steps(run_dir: Path) -> list[int]:
     """Steps of the run's whole checkpoints (work/checkpoints/step-N)."""
-    return sorted(int(p.name.split("-")[1]) for p in (run_dir / schema.WORK_DIR / "checkpoints").glob("step-*"))
+    return sorted(int(p.name.split("-")[1]) for p in (run_dir / rundir.WORK_DIR / "checkpoints").glob("step-*"))
 
 
 def finish(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
@@ -139,10 +139,10 @@ def test_timeout_requeues_and_finishes_whole(tmp_path_factory, tmp_path: Path) -
     assert "signalled: stopping at the end of the step" in text, text[-3000:]
     assert "resumed from step-" in text, f"no resume after the requeue:\n{text[-3000:]}"
     assert_nothing_partial(run_dir)
-    train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
+    train = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET)
     assert len(train) == train["step"].nunique() * train["role"].nunique()
     assert sorted(train["step"].unique()) == list(range(1, steps + 1))
-    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 10, 20, 30]
+    assert list(pd.read_parquet(run_dir / rundir.EVAL_PARQUET)["step"]) == [0, 10, 20, 30]
     print(f"timeout+requeue run took {took:.0f}s")
 
 
@@ -202,10 +202,10 @@ def test_cancelled_job_resubmits_and_resumes(tmp_path_factory, tmp_path: Path) -
     text = log.read_text()
     assert text.count("submitted slurm job") == 2 and f"submitted slurm job {new_id}" in text, text[-3000:]
     assert "re-attaching" not in text, text[-3000:]
-    new_log = (run_dir / schema.WORK_DIR / "submitit" / f"{new_id}_0_log.err").read_text(errors="replace")
+    new_log = (run_dir / rundir.WORK_DIR / "submitit" / f"{new_id}_0_log.err").read_text(errors="replace")
     assert f"resumed from step-{saved[-1]:06d}" in new_log, f"not resumed from step {saved[-1]}:\n{new_log[-3000:]}"
     assert_nothing_partial(run_dir)
-    train = pd.read_parquet(run_dir / schema.TRAIN_PARQUET)
+    train = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET)
     assert len(train) == train["step"].nunique() * train["role"].nunique()
     assert sorted(train["step"].unique()) == list(range(1, steps + 1))
-    assert list(pd.read_parquet(run_dir / schema.EVAL_PARQUET)["step"]) == [0, 10, 20, 30]
+    assert list(pd.read_parquet(run_dir / rundir.EVAL_PARQUET)["step"]) == [0, 10, 20, 30]

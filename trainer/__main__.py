@@ -71,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "base-model":
-        from trainer.base_model import build_base_model
+        from trainer.models.base_model import build_base_model
 
         build_base_model(args.spec, args.out)
     elif args.command == "launch":
-        from trainer.launch import LaunchError, launch
+        from trainer.sweep.launch import LaunchError, launch
 
         try:
             launch(args.run_config, args.base_model, args.run_dir, restart=args.restart)
@@ -83,17 +83,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
     elif args.command == "train":
-        from trainer.train import run_training
+        from trainer.rl.train import run_training
 
         run_training(args.run_dir)
     elif args.command == "install-profile":
-        from trainer.profiles import install_profile
+        from trainer.sweep.profiles import install_profile
 
         print(install_profile(Path(args.repo), args.name))
     elif args.command == "status":
         return status_command(args)
     elif args.command == "runs":
-        from trainer.config import expand_matrix, load_config
+        from trainer.sweep.config import expand_matrix, load_config
 
         schema_path = args.schema or Path(args.config).resolve().parent / "rules" / "config.schema.yaml"
         config = load_config(args.config, schema_path)
@@ -114,8 +114,8 @@ def status_command(args: argparse.Namespace) -> int:
     """`python -m trainer status`: load and validate the config as Snakemake would, list the runs."""
     import yaml
 
-    from trainer.config import ConfigError, load_yaml, validate_config
-    from trainer.status import as_json, format_table, matrix_status
+    from trainer.sweep.config import ConfigError, load_yaml, validate_config
+    from trainer.sweep.status import as_json, format_table, matrix_status
 
     files = args.config_file or ["config.yaml"]
     schema_path = args.schema or Path(files[0]).resolve().parent / "rules" / "config.schema.yaml"

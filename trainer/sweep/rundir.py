@@ -111,7 +111,7 @@ def write_json_atomic(obj: Any, path: str | Path) -> None:
 
 
 # The run id is part of this contract; analysis reads it from here.
-from trainer.runid import RunId, parse_run_id  # noqa: E402,F401
+from trainer.sweep.runid import RunId, parse_run_id  # noqa: E402,F401
 
 
 def pid_alive(pid: int) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from trainer.runid import RunId
+from trainer.sweep.runid import RunId
 
 # Sections that decide what a run computes; launcher and resources only decide where it runs,
 # so changing them must not invalidate a run's checkpoints.

@@ -36,8 +36,8 @@ from typing import Any, Iterator
 import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from trainer import schema
-from trainer.config import changed_keys, config_hash
+from trainer.sweep import rundir
+from trainer.sweep.config import changed_keys, config_hash
 
 LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
                      "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
@@ -64,7 +64,7 @@ class TrainJob(Checkpointable):
     def __call__(self, run_dir: str, restart: bool = False) -> dict[str, Any] | None:
         # `restart` is accepted only for jobs pickled by an older launcher: restarts happen in the
         # launcher, before submission, so that a requeue (which reruns this pickle) never restarts.
-        from trainer.train import run_training
+        from trainer.rl.train import run_training
 
         self._stop = threading.Event()
         outcome: dict[str, Any] = {}
@@ -92,7 +92,7 @@ class TrainJob(Checkpointable):
         thread = getattr(self, "_thread", None)
         if thread is not None and thread.is_alive():
             self._stop.set()
-            cfg = json.loads((Path(run_dir) / schema.CONFIG_JSON).read_text())
+            cfg = json.loads((Path(run_dir) / rundir.CONFIG_JSON).read_text())
             grace = max(1.0, float(cfg["launcher"].get("signal_delay_s", 120)) / 2)
             print(f"[{cfg['run']}] signalled: stopping at the end of the step (waiting up to {grace:.0f}s)",
                   file=sys.stderr, flush=True)
@@ -112,7 +112,7 @@ def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run
     cfg = resolve_run_config(run_config, base_model)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    schema.write_json_atomic(cfg, run_dir / schema.CONFIG_JSON)
+    rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
     return cfg
 
 
@@ -121,7 +121,7 @@ def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
     ckpts = sorted((work / "checkpoints").glob("step-*"))
     if not ckpts:
         return None
-    return ckpts[-1], json.loads((ckpts[-1] / schema.CONFIG_JSON).read_text())
+    return ckpts[-1], json.loads((ckpts[-1] / rundir.CONFIG_JSON).read_text())
 
 
 def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
@@ -136,10 +136,10 @@ def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
 
 def discard_run_state(run_dir: Path) -> None:
     """Delete what a run computed (checkpoints, progress, failure, published logs); keep the job records."""
-    work = run_dir / schema.WORK_DIR
+    work = run_dir / rundir.WORK_DIR
     shutil.rmtree(work / "checkpoints", ignore_errors=True)
-    for path in (work / schema.PROGRESS_JSON, work / schema.FAILURE_JSON, run_dir / schema.DONE_JSON,
-                 run_dir / schema.TRAIN_PARQUET, run_dir / schema.EVAL_PARQUET, run_dir / schema.SAMPLES_PARQUET):
+    for path in (work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON, run_dir / rundir.DONE_JSON,
+                 run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET, run_dir / rundir.SAMPLES_PARQUET):
         path.unlink(missing_ok=True)
 
 
@@ -287,7 +287,7 @@ def launch_lock(work: Path) -> Iterator[None]:
 
 def run_busy(work: Path) -> bool:
     """Whether a process holds the run's train lock (a local job of an earlier launcher still training)."""
-    path = work / schema.TRAIN_LOCK
+    path = work / rundir.TRAIN_LOCK
     if not path.exists():
         return False
     with open(path, "a+") as f:
@@ -303,7 +303,7 @@ def wait_for_local_trainer(work: Path, run_dir: Path, poll_s: float) -> dict[str
     """Wait for a local trainer of an earlier launcher to finish; return done.json's content."""
     while run_busy(work):
         time.sleep(poll_s)
-    done = run_dir / schema.DONE_JSON
+    done = run_dir / rundir.DONE_JSON
     if not done.exists():
         raise LaunchError(f"run {run_dir.name}: the earlier local job ended without {done}; rerun to resume it")
     return json.loads(done.read_text())
@@ -318,7 +318,7 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
 
     Returns the job, or done.json's content when an earlier local trainer finished the run.
     """
-    work, backend = run_dir / schema.WORK_DIR, cfg["launcher"]["backend"]
+    work, backend = run_dir / rundir.WORK_DIR, cfg["launcher"]["backend"]
     tag = job_tag(cfg["run"], run_dir)
     live = live_slurm_job(work, tag) if backend == "slurm" else None
     if live is not None:
@@ -344,11 +344,11 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
     elif restart and checkpoint_config(work) is not None:
         log(cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start "
                  f"from zero)")
-    schema.write_json_atomic(cfg, run_dir / schema.CONFIG_JSON)
+    rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
     folder = work / "submitit"
     folder.mkdir(parents=True, exist_ok=True)
     job = make_executor(cfg, folder, tag).submit(TrainJob(), str(run_dir))
-    schema.write_json_atomic({"backend": backend, "job_id": str(job.job_id), "folder": str(folder), "tag": tag,
+    rundir.write_json_atomic({"backend": backend, "job_id": str(job.job_id), "folder": str(folder), "tag": tag,
                               "run": cfg["run"], "config_hash": cfg["config_hash"],
                               "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / JOB_JSON)
     log(cfg, f"submitted {backend} job {job.job_id}")
@@ -361,7 +361,7 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
     run_dir = Path(run_dir)
     base_model = json.loads(Path(base_model_json).read_text())
     cfg = resolve_run_config(run_config, base_model)
-    work = run_dir / schema.WORK_DIR
+    work = run_dir / rundir.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     backend = cfg["launcher"]["backend"]
     with launch_lock(work):

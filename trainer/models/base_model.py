@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from trainer.rollout import chat_prompt
-from trainer.schema import write_json_atomic
+from trainer.rl.rollout import chat_prompt
+from trainer.sweep.rundir import write_json_atomic
 
 
 def qwen3_tokenizer_dir() -> Path:

@@ -28,11 +28,11 @@ from typing import Any, Iterator
 import pandas as pd
 import torch
 
-from trainer import schema
-from trainer.config import changed_keys, is_eval_step
-from trainer.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
-from trainer.policies import Policy, PolicySet, routing_table
-from trainer.rollout import make_generator
+from trainer.sweep import rundir
+from trainer.sweep.config import changed_keys, is_eval_step
+from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
+from trainer.rl.policies import Policy, PolicySet, routing_table
+from trainer.rl.rollout import make_generator
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Turn, Workflow, make_workflow, score_episodes
 
@@ -192,7 +192,7 @@ class Trainer:
         self.cfg = run_config
         self.t = run_config["training"]
         self.run_dir = Path(run_dir)
-        self.work = self.run_dir / schema.WORK_DIR
+        self.work = self.run_dir / rundir.WORK_DIR
         self.work.mkdir(parents=True, exist_ok=True)
         self.log = log or (lambda msg: print(f"[{run_config['run']}] {msg}", file=sys.stderr, flush=True))
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -453,7 +453,7 @@ class Trainer:
                     "sampler": self.sampler_state(step),
                     "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
                             "torch": torch.get_rng_state()}}, tmp / "state.pt")
-        schema.write_json_atomic(self.cfg, tmp / schema.CONFIG_JSON)
+        rundir.write_json_atomic(self.cfg, tmp / rundir.CONFIG_JSON)
         self.write_logs(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -476,10 +476,10 @@ class Trainer:
 
     def write_progress(self, step: int, phase: str) -> None:
         """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
-        schema.write_json_atomic({"run": self.cfg["run"], "step": step, "max_steps": self.t["max_steps"],
+        rundir.write_json_atomic({"run": self.cfg["run"], "step": step, "max_steps": self.t["max_steps"],
                                   "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-                                 self.work / schema.PROGRESS_JSON)
+                                 self.work / rundir.PROGRESS_JSON)
 
     def resume(self) -> int:
         """Load the newest whole checkpoint, if any; return the step it ends at (0: start afresh).
@@ -494,7 +494,7 @@ class Trainer:
         if not ckpts:
             return 0
         latest = ckpts[-1]
-        old_cfg = json.loads((latest / schema.CONFIG_JSON).read_text())
+        old_cfg = json.loads((latest / rundir.CONFIG_JSON).read_text())
         if old_cfg["config_hash"] != self.cfg["config_hash"]:
             raise ResumeError(
                 f"run {self.cfg['run']}: its checkpoint {latest} was written under another config; changed: "
@@ -518,17 +518,17 @@ class Trainer:
                               f"{state['sampler']} does not match training.prompts_per_step and the train data "
                               f"({self.sampler_state(step)}); restart the run")
         read = lambda name: pd.read_parquet(latest / name).to_dict("records")  # noqa: E731
-        self.train_rows = [r for r in read(schema.TRAIN_PARQUET) if r["step"] <= step]
-        self.eval_rows = [r for r in read(schema.EVAL_PARQUET) if r["step"] <= step]
-        self.sample_rows = [r for r in read(schema.SAMPLES_PARQUET) if r["step"] <= step]
+        self.train_rows = [r for r in read(rundir.TRAIN_PARQUET) if r["step"] <= step]
+        self.eval_rows = [r for r in read(rundir.EVAL_PARQUET) if r["step"] <= step]
+        self.sample_rows = [r for r in read(rundir.SAMPLES_PARQUET) if r["step"] <= step]
         self.log(f"resumed from {latest.name}")
         return step
 
     def write_logs(self, directory: Path) -> None:
-        schema.write_parquet_atomic(schema.to_table(self.train_rows, schema.TRAIN_SCHEMA), directory / schema.TRAIN_PARQUET)
-        schema.write_parquet_atomic(schema.to_table(self.eval_rows, schema.EVAL_SCHEMA), directory / schema.EVAL_PARQUET)
-        schema.write_parquet_atomic(schema.to_table(self.sample_rows, schema.SAMPLES_SCHEMA),
-                                    directory / schema.SAMPLES_PARQUET)
+        rundir.write_parquet_atomic(rundir.to_table(self.train_rows, rundir.TRAIN_SCHEMA), directory / rundir.TRAIN_PARQUET)
+        rundir.write_parquet_atomic(rundir.to_table(self.eval_rows, rundir.EVAL_SCHEMA), directory / rundir.EVAL_PARQUET)
+        rundir.write_parquet_atomic(rundir.to_table(self.sample_rows, rundir.SAMPLES_SCHEMA),
+                                    directory / rundir.SAMPLES_PARQUET)
 
     def publish(self, steps_done: int, wall_time_s: float) -> dict[str, Any]:
         """The run's logs into its directory, each atomically, and done.json last."""
@@ -537,7 +537,7 @@ class Trainer:
         done = {"run": self.cfg["run"], "steps_done": steps_done, "steps_expected": self.t["max_steps"],
                 "config_hash": self.cfg["config_hash"], "wall_time_s": wall_time_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        schema.write_json_atomic(done, self.run_dir / schema.DONE_JSON)
+        rundir.write_json_atomic(done, self.run_dir / rundir.DONE_JSON)
         self.write_progress(steps_done, "done")
         self.log(f"done: {self.run_dir}")
         return done
@@ -553,15 +553,15 @@ def run_training(run_dir: str | Path, restart: bool = False,
     `status`). Returns done.json's content, or None when `stop` ended the run early.
     """
     run_dir = Path(run_dir)
-    work = run_dir / schema.WORK_DIR
+    work = run_dir / rundir.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     with hold_run_lock(work):
         remove_stale_temporaries(run_dir)
         if restart:
             shutil.rmtree(work / "checkpoints", ignore_errors=True)
-        (work / schema.FAILURE_JSON).unlink(missing_ok=True)
-        cfg = json.loads((run_dir / schema.CONFIG_JSON).read_text())
-        done_path = run_dir / schema.DONE_JSON
+        (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
+        cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
+        done_path = run_dir / rundir.DONE_JSON
         if done_path.exists():
             done = json.loads(done_path.read_text())
             if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
@@ -583,12 +583,12 @@ def hold_run_lock(work: Path) -> Iterator[None]:
 
     The kernel drops it when the holder dies (SIGKILL included), so it never goes stale.
     """
-    with open(work / schema.TRAIN_LOCK, "a+") as f:
+    with open(work / rundir.TRAIN_LOCK, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            raise RunBusyError(f"{work / schema.TRAIN_LOCK}: another process trains this run ({f.read().strip()}); "
+            raise RunBusyError(f"{work / rundir.TRAIN_LOCK}: another process trains this run ({f.read().strip()}); "
                                f"wait for it or stop it") from None
         f.truncate(0)
         f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
@@ -599,14 +599,14 @@ def hold_run_lock(work: Path) -> Iterator[None]:
 def remove_stale_temporaries(run_dir: Path) -> None:
     """Delete the temporary files of atomic writes (`.NAME.tmp-PID`) that a killed process left in
     the run directory; a live process's (e.g. the launcher's, on this host) is left alone."""
-    for stale in [*run_dir.glob(".*.tmp-*"), *(run_dir / schema.WORK_DIR).glob(".*.tmp-*")]:
+    for stale in [*run_dir.glob(".*.tmp-*"), *(run_dir / rundir.WORK_DIR).glob(".*.tmp-*")]:
         pid = stale.name.rsplit("-", 1)[-1]
-        if not (pid.isdigit() and int(pid) != os.getpid() and schema.pid_alive(int(pid))):
+        if not (pid.isdigit() and int(pid) != os.getpid() and rundir.pid_alive(int(pid))):
             stale.unlink(missing_ok=True)
 
 
 def write_failure(work: Path, run: str, error: BaseException) -> None:
     """work/failure.json: the error that ended this attempt, one line first (read by `status`)."""
     line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    schema.write_json_atomic({"run": run, "error": line, "message": str(error)[-4000:], "host": socket.gethostname(),
-                              "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / schema.FAILURE_JSON)
+    rundir.write_json_atomic({"run": run, "error": line, "message": str(error)[-4000:], "host": socket.gethostname(),
+                              "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / rundir.FAILURE_JSON)

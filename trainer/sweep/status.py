@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer import schema
-from trainer.config import expand_matrix
-from trainer.launch import JOB_JSON, LIVE_SLURM_STATES
+from trainer.sweep import rundir
+from trainer.sweep.config import expand_matrix
+from trainer.sweep.launch import JOB_JSON, LIVE_SLURM_STATES
 ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|CANCELLED|DUE TO TIME LIMIT|Killed)")
 
 
@@ -83,24 +83,24 @@ def job_liveness(job: dict[str, Any] | None, squeue: dict[str, str] | None) -> s
         state = (squeue or {}).get(str(job["job_id"]), "").upper()
         return state if state in LIVE_SLURM_STATES else None
     if job.get("backend") == "local" and str(job.get("job_id", "")).isdigit():
-        return "RUNNING" if schema.pid_alive(int(job["job_id"])) else None
+        return "RUNNING" if rundir.pid_alive(int(job["job_id"])) else None
     return None
 
 
 def run_status(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStatus:
     """The state of one run from its directory and the scheduler's job states."""
-    work = run_dir / schema.WORK_DIR
-    config = read_json(run_dir / schema.CONFIG_JSON)
+    work = run_dir / rundir.WORK_DIR
+    config = read_json(run_dir / rundir.CONFIG_JSON)
     if config is None and not work.exists():
         return RunStatus(run, "not started")
     max_steps = config["training"]["max_steps"] if config else None
-    done = read_json(run_dir / schema.DONE_JSON)
+    done = read_json(run_dir / rundir.DONE_JSON)
     if done and config and done.get("config_hash") == config["config_hash"] and done.get("steps_done") == max_steps:
         return RunStatus(run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps,
                          max_steps=max_steps)
     job = read_json(work / JOB_JSON)
-    progress = read_json(work / schema.PROGRESS_JSON)
-    failure = read_json(work / schema.FAILURE_JSON)
+    progress = read_json(work / rundir.PROGRESS_JSON)
+    failure = read_json(work / rundir.FAILURE_JSON)
     if done and config and job is None and progress is None and failure is None:
         return RunStatus(run, "outdated", f"done.json is of config {done.get('config_hash')}, config.json of "
                                           f"{config['config_hash']}: rerun it (restart)", max_steps=max_steps)

@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar
 
 import yaml
 
-from trainer.config import is_eval_step
+from trainer.sweep.config import is_eval_step
 from trainer.tasks import Problem, Score, Task
 
 
@@ -77,7 +77,7 @@ def render(template: str, **fields: Any) -> str:
 
 def load_prompts(workflow: str, overrides: dict[str, str] | None = None) -> dict[str, str]:
     """The workflow's packaged prompt templates, with any overrides from config."""
-    text = resources.files("trainer").joinpath(f"prompts/{workflow}.yaml").read_text()
+    text = resources.files("trainer").joinpath(f"workflows/prompts/{workflow}.yaml").read_text()
     prompts = yaml.safe_load(text)
     prompts.update(overrides or {})
     return prompts
@@ -85,7 +85,7 @@ def load_prompts(workflow: str, overrides: dict[str, str] | None = None) -> dict
 
 def answer_format(task: str) -> str:
     """The answer format a task asks for (from prompts/common.yaml)."""
-    common = yaml.safe_load(resources.files("trainer").joinpath("prompts/common.yaml").read_text())
+    common = yaml.safe_load(resources.files("trainer").joinpath("workflows/prompts/common.yaml").read_text())
     return common["answer_format"][task]
 
 

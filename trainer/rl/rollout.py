@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 import torch
 
-from trainer.config import ConfigError
-from trainer.policies import PolicySet
+from trainer.sweep.config import ConfigError
+from trainer.rl.policies import PolicySet
 from trainer.workflows import Completion
 
 
