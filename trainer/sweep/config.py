@@ -59,6 +59,9 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> None:
                     lines.append(f"{where}: unknown key{hint}")
             elif e.validator == "propertyNames":
                 lines.append(f"{_key_path(e)}: unknown name {e.instance!r}: {e.message}")
+            elif "propertyNames" in e.schema_path:  # a field another source type takes (source_fields)
+                where = f"{_key_path(e)}.{e.instance}" if e.absolute_path else e.instance
+                lines.append(f"{where}: not a field of this source type (its fields: {', '.join(e.validator_value)})")
             else:
                 lines.append(f"{_key_path(e)}: {e.message}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(lines)))
@@ -108,6 +111,11 @@ def _check_references(config: dict[str, Any]) -> None:
         if m.get("single_baseline") and "single" not in config["workflows"]:
             problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
     runs = {str(r) for r in expand_matrix(config)} if not problems else set()
+    if not problems and not runs:
+        problems.append(f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, "
+                        f"or single_baseline: true)")
+    if not problems:
+        problems += _policy_group_problems(config)
     for name in restart_selection(config):
         if name != "all" and runs and name not in runs:
             problems.append(f"restart: {name!r} is not a run of matrix {config['matrix']!r} (a run id, or `all`)")
@@ -117,6 +125,27 @@ def _check_references(config: dict[str, Any]) -> None:
             problems.append(f"overrides[{i}].match.scale: unknown scale {scale!r}")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _policy_group_problems(config: dict[str, Any]) -> list[str]:
+    """Each run's training.policy_groups, where set, must route every role of its workflow once."""
+    from trainer.workflows import WORKFLOWS  # the roles live with the workflows
+
+    problems = []
+    for run in expand_matrix(config):
+        groups = resolve_run_config(config, run)["training"].get("policy_groups")
+        if not groups:
+            continue
+        roles = WORKFLOWS[run.workflow].roles
+        listed = [r for members in groups.values() for r in members]
+        missing = [r for r in roles if r not in listed]
+        unknown = [r for r in listed if r not in roles]
+        twice = sorted({r for r in listed if listed.count(r) > 1})
+        if missing or unknown or twice:
+            problems.append(f"training.policy_groups: {groups} must name every role of workflow "
+                            f"{run.workflow!r} ({', '.join(roles)}) once; missing {missing}, unknown {unknown}, "
+                            f"twice {twice}")
+    return list(dict.fromkeys(problems))
 
 
 def restart_selection(config: dict[str, Any]) -> list[str]:
