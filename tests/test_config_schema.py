@@ -114,9 +114,9 @@ def test_every_run_of_config_yaml_reads_into_settings() -> None:
 @pytest.mark.parametrize("patch, fragment", [
     ({"training": {"learning_rat": 1}}, "<run>.training.learning_rat: unknown key"),
     ({"training": {"epsilon_high": 0.1}}, "training.epsilon_high (0.1) is below training.epsilon"),
-    ({"training": {"generation_backend": "vllm"}}, "vllm needs GPUs"),
+    ({"model": {"name": "tiny", "dtype": "float32", "tiny": None}}, "set scales.tiny.tiny"),
     ({"task_params": {"train": {"source": "hf", "split": "train"}}}, "tasks.math.train: a hf source needs ['path']"),
-    ({"launcher": {"sbatch_extra": {"comment": "x"}}}, "launcher.sbatch_extra.comment"),
+    ({"launcher": {"poll_interval": 1}}, "<run>.launcher.poll_interval: unknown key"),
 ])
 def test_settings_errors_name_the_key(patch: dict[str, Any], fragment: str) -> None:
     config = load_config(ROOT / "config.yaml", ROOT / "rules" / "config.schema.yaml")

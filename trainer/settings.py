@@ -58,6 +58,11 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str) -> T:
     return cls(**{k: _convert(hints[k], v, f"{path}.{k}") for k, v in data.items()})
 
 
+def is_eval_step(step: int, eval_every: int, max_steps: int) -> bool:
+    """Whether a run evaluates after `step` (0: the base model): every `eval_every` steps and at the last."""
+    return step % eval_every == 0 or step == max_steps
+
+
 @dataclass(frozen=True)
 class LoraSettings:
     """PEFT LoraConfig fields of each policy's adapter."""
@@ -127,8 +132,8 @@ class TrainingSettings:
         return self.epsilon_high if self.epsilon_high is not None else self.epsilon
 
     def is_eval_step(self, step: int) -> bool:
-        """Whether a run evaluates after `step` (0: the base model): every `eval_every` steps and at the last."""
-        return step % self.eval_every == 0 or step == self.max_steps
+        """Whether a run evaluates after `step` (see `is_eval_step`)."""
+        return is_eval_step(step, self.eval_every, self.max_steps)
 
 
 @dataclass(frozen=True)
@@ -162,11 +167,6 @@ class LauncherSettings:
     max_num_timeout: int = setting(3, "Requeues on timeout or preemption before a run fails.")
     signal_delay_s: int = setting(120, "Seconds before the time limit at which SLURM signals the job.")
     poll_interval_s: float = setting(0.5, "Seconds between looks at the job (slurm profile: 30).")
-
-    def __post_init__(self) -> None:
-        if "comment" in self.sbatch_extra:
-            raise SettingsError("launcher.sbatch_extra.comment: the launcher sets the job comment itself "
-                                "(it finds a run's live job by it); remove the key")
 
 
 @dataclass(frozen=True)
@@ -276,9 +276,9 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.policy not in POLICY_MODES:
             raise SettingsError(f"policy: {self.policy!r} is not one of {', '.join(POLICY_MODES)}")
-        if self.training.generation_backend == "vllm" and self.resources.gpus < 1:
-            raise SettingsError(f"run {self.run}: training.generation_backend vllm needs GPUs, but resources.gpus "
-                                f"is {self.resources.gpus}: use hf, or give the scale GPUs")
+        if self.model.name == "tiny" and not self.model.tiny:
+            raise SettingsError(f"run {self.run}: model `tiny` needs its architecture: set scales.{self.scale}.tiny "
+                                f"(see config.yaml's tiny scale)")
         if self.training.max_completion_length is None:
             raise SettingsError(f"run {self.run}: training.max_completion_length is unset; resolve the run config "
                                 f"first (trainer.sweep.config.resolve_run_config sets the task's)")

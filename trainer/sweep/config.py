@@ -11,6 +11,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from trainer import settings
+from trainer.sweep import rundir
 from trainer.sweep.runid import RunId
 
 # Sections that decide what a run computes; launcher and resources only decide where it runs,
@@ -218,8 +220,8 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
 
 
 def is_eval_step(step: int, training: dict[str, Any]) -> bool:
-    """Whether a run evaluates after `step` (0: the base model): every `eval_every` steps and at the last."""
-    return step % training["eval_every"] == 0 or step == training["max_steps"]
+    """Whether a run of resolved `training` section evaluates after `step` (trainer.settings.is_eval_step)."""
+    return settings.is_eval_step(step, training["eval_every"], training["max_steps"])
 
 
 def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +245,27 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             return [k for key in sorted(set(a) | set(b)) for k in diff(a.get(key), b.get(key), f"{path}{key}.")]
         return [path.rstrip(".")] if a != b else []
     return diff(hashed_view(old), hashed_view(new), "")
+
+
+def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint under work/ and the run config it was written under, if any."""
+    ckpts = rundir.checkpoints(work)
+    if not ckpts:
+        return None
+    return ckpts[-1], json.loads((ckpts[-1] / rundir.CONFIG_JSON).read_text())
+
+
+def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
+    """Why the run cannot resume under `cfg` (its newest checkpoint has another config hash), or None.
+
+    The one check, for the launcher (before it submits) and the trainer (before it loads a checkpoint).
+    """
+    found = checkpoint_config(work)
+    if found is None or found[1]["config_hash"] == cfg["config_hash"]:
+        return None
+    path, old = found
+    keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
+    return f"its checkpoint {path} was written under another config; changed: {keys}"
 
 
 def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:
