@@ -76,6 +76,7 @@ def _fields(cls: type) -> set[str]:
     (("properties", "launcher"), ts.LauncherSettings),
     (("properties", "workflows", "additionalProperties"), ts.WorkflowSettings),
     (("properties", "analysis"), AnalysisSettings),
+    (("properties", "scales", "additionalProperties", "properties", "tiny"), ts.TinySettings),
 ], ids=lambda x: x.__name__ if isinstance(x, type) else ".".join(x))
 def test_schema_and_settings_name_the_same_keys(schema_path: tuple[str, ...], cls: type) -> None:
     """A key added to one and not the other fails here, naming it."""
@@ -86,7 +87,7 @@ def test_schema_and_settings_name_the_same_keys(schema_path: tuple[str, ...], cl
 
 def test_every_setting_has_help() -> None:
     for cls in (ts.TrainingSettings, ts.LoraSettings, ts.ResourceSettings, ts.LauncherSettings, ts.WorkflowSettings,
-                ts.SourceSettings, ts.TaskSettings, ts.ModelSettings, ts.RunSettings, AnalysisSettings):
+                ts.SourceSettings, ts.TaskSettings, ts.ModelSettings, ts.TinySettings, ts.RunSettings, AnalysisSettings):
         missing = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("help")]
         assert not missing, f"{cls.__name__}: fields without help: {missing}"
 

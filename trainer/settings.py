@@ -26,6 +26,11 @@ class SettingsError(ValueError):
     """A setting that cannot be used; the message names its key path and how to fix it."""
 
 
+def default_of(cls: type, name: str) -> Any:
+    """The default of field `name` of settings class `cls` (for code that fills a dict before it is typed)."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
 def setting(default: Any, help: str) -> Any:  # noqa: A002 (the HfArgumentParser / TRL name)
     """A dataclass field with its default and a `help` text (as TRL's config fields carry)."""
     if isinstance(default, (dict, list)):
@@ -137,12 +142,31 @@ class TrainingSettings:
 
 
 @dataclass(frozen=True)
+class TinySettings:
+    """Architecture and warm start of the offline tiny model (trainer/models/base_model.py)."""
+
+    vocab_size: int = setting(512, "Retrained tokenizer vocabulary.")
+    hidden_size: int = setting(128, "Hidden size.")
+    intermediate_size: int = setting(384, "MLP size.")
+    num_hidden_layers: int = setting(4, "Layers.")
+    num_attention_heads: int = setting(4, "Attention heads.")
+    num_key_value_heads: int = setting(2, "KV heads.")
+    warm_start_steps: int = setting(1100, "Supervised warm-start steps.")
+    warm_start_batch_size: int = setting(32, "Warm-start batch size.")
+    warm_start_learning_rate: float = setting(4.0e-3, "Warm-start learning rate.")
+    warm_start_micro_batches: int = setting(2, "Length-sorted micro-batches per warm-start step.")
+    flawed_demonstrations: float = setting(0.0, "Share of the warm start's solution demonstrations with the "
+                                                "task's typical mistake.")
+    seed: int = setting(0, "Seed of the build.")
+
+
+@dataclass(frozen=True)
 class ModelSettings:
     """The base model of a scale."""
 
     name: str = setting("tiny", "A Hugging Face id, a local path, or `tiny` (built offline).")
     dtype: str = setting("float32", "Parameter dtype of the base model on GPU (CPU runs use float32).")
-    tiny: dict[str, Any] | None = setting(None, "Architecture and warm start of the tiny model (model `tiny` only).")
+    tiny: TinySettings | None = setting(None, "Architecture and warm start of the tiny model (model `tiny` only).")
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ class Trainer:
         self.eval_splits = {}
         for i, spec in enumerate(params["eval"]):
             spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
-            name = spec.get("name", f"eval{i}")
+            name = self.settings.task_params.eval[i].name or f"eval{i}"
             self.eval_splits[name] = load_problems(self.settings.task, spec, "eval")[: self.t.eval_problems]
 
     def _load_base(self):

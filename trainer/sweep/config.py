@@ -24,6 +24,9 @@ HASHED_KEYS = ("run", "workflow", "task", "scale", "policy", "seed", "model", "w
 UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ between identical builds
 
 
+DEFAULT_DTYPE = settings.default_of(settings.ModelSettings, "dtype")  # a scale without `dtype`
+
+
 class ConfigError(ValueError):
     """A config that cannot be run; the message names the key."""
 
@@ -206,11 +209,12 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
             tasks.setdefault(name, {}).update(copy.deepcopy(entry))
     task = tasks[run.task]
     if training.get("max_completion_length") is None:
-        training["max_completion_length"] = task.get("max_completion_length", 512)
+        training["max_completion_length"] = task.get("max_completion_length",
+                                                     settings.default_of(settings.TaskSettings, "max_completion_length"))
     return {
         "run": str(run),
         **run.axes(),
-        "model": {"name": scale["model"], "dtype": scale.get("dtype", "float32"), "tiny": scale.get("tiny")},
+        "model": {"name": scale["model"], "dtype": scale.get("dtype", DEFAULT_DTYPE), "tiny": scale.get("tiny")},
         "workflow_params": workflows.get(run.workflow, {}),
         "task_params": task,
         "training": training,
@@ -271,7 +275,7 @@ def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
 def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:
     """What the base_model step of one scale needs: the model entry and, for `tiny`, the tasks to warm up on."""
     entry = config["scales"][scale]
-    spec = {"scale": scale, "model": entry["model"], "dtype": entry.get("dtype", "float32"),
+    spec = {"scale": scale, "model": entry["model"], "dtype": entry.get("dtype", DEFAULT_DTYPE),
             "tiny": entry.get("tiny"), "tasks": {}}
     if entry["model"] == "tiny":
         for task in tasks:
