@@ -223,11 +223,6 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
     }
 
 
-def is_eval_step(step: int, training: dict[str, Any]) -> bool:
-    """Whether a run of resolved `training` section evaluates after `step` (trainer.settings.is_eval_step)."""
-    return settings.is_eval_step(step, training["eval_every"], training["max_steps"])
-
-
 def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
     """The part of a run config that decides its results (not where it runs, nor how long a build took)."""
     view = {k: run_config.get(k) for k in HASHED_KEYS}
