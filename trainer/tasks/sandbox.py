@@ -33,6 +33,9 @@ parent hands it through a pipe, read to the end and closed before any candidate 
 - runners/in_process.py (other assert tests): prelude, candidate and tests in one process. Early exits,
   printed fake successes and a redefined `check` score 0, but code that deliberately inspects
   the runner (frames, gc) could find the token, and __eq__ tricks work: prefer entry points.
+
+The limits, the child's setup before exec, uid leases and process cleanup live in
+`trainer.tasks.sandbox_isolation`; the runner programs in `trainer.tasks.runners`.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import IO
 
 from trainer.tasks.runners import runner_source
 from trainer.tasks.sandbox_isolation import (
@@ -221,8 +226,8 @@ class Sandbox:
             paths[name] = path
         return paths
 
-    def _start(self, argv: list[str], workdir: str, setup, inp, out, err,
-               readers: list[int]) -> subprocess.Popen:
+    def _start(self, argv: list[str], workdir: str, setup: Callable[[], None], inp: IO[bytes] | None,
+               out: IO[bytes], err: IO[bytes], readers: list[int]) -> subprocess.Popen:
         """Start the program in its own session; closes stdin's file and the pipes' read ends."""
         try:
             return subprocess.Popen(
