@@ -20,7 +20,7 @@ from analysis import tables
 from analysis.names import AXES
 from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline, aggregate_seeds
-from analysis.sweep import summarize_runs, write_tables
+from analysis.per_run import summarize_runs, write_tables
 
 SKIPPED_COLUMNS = ["run", "status", "reason"]
 

@@ -15,10 +15,10 @@ import pandas as pd
 from analysis import gradients, signatures
 from analysis.names import AXES, INTERMEDIATE
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
+from analysis.curves import curve_rows
 from analysis.settings import AnalysisSettings
 from analysis.settings import eval_every as run_eval_every
 from analysis.settings import workflow_params as run_workflow_params
-from analysis.summary import curve_rows
 
 
 def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataFrame]:
