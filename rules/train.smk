@@ -6,16 +6,16 @@
 rule base_model:
     output:
         f"{RESULTS}/models/{{scale}}/model.json",
-    conda:
-        "../envs/trainer.yaml"
     log:
         f"{RESULTS}/logs/base_model/{{scale}}.log",
+    conda:
+        "../envs/trainer.yaml"
+    threads: 2
     params:
         spec=base_model_arg,
-        cpu_env=cpu_env,
-    threads: 2
+        env=scale_env,
     shell:
-        "{params.cpu_env} python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
+        "{params.env} python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
 
 
 rule train:
@@ -27,19 +27,19 @@ rule train:
         eval=f"{RESULTS}/runs/{{run}}/eval.parquet",
         samples=f"{RESULTS}/runs/{{run}}/samples.parquet",
         done=f"{RESULTS}/runs/{{run}}/done.json",
-    conda:
-        "../envs/trainer.yaml"
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
+    priority: train_priority
+    conda:
+        "../envs/trainer.yaml"
+    threads: 1
     params:
         run_config=run_config_arg,
         run_dir=lambda w: run_dir(w.run),
         restart=restart_flag,
-        cpu_env=cpu_env,
-    priority: train_priority
-    threads: 1
+        env=scale_env,
     shell:
-        "{params.cpu_env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
+        "{params.env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
         " --run-dir {params.run_dir} {params.restart} 2>&1 | tee {log}"
 
 
@@ -53,8 +53,12 @@ rule train_all:
 rule status:
     log:
         f"{RESULTS}/logs/status.log",
+    localrule: True
+    conda:
+        "../envs/trainer.yaml"
+    threads: 1
     params:
         config=status_config_arg,
-    localrule: True
+        results=RESULTS,
     shell:
-        "python -m trainer status --config-json {params.config} --results {RESULTS} 2>&1 | tee {log}"
+        "python -m trainer status --config-json {params.config} --results {params.results} 2>&1 | tee {log}"
