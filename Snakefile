@@ -6,12 +6,13 @@
     snakemake -n                 dry-run: the job DAG of the matrix in use
     snakemake status             every run of the matrix and where it stands
 
-How `snakemake figures` never trains: `figures` is a rule without inputs or outputs
-(rules/figures.smk), so when it is the target it is the only job of the DAG, and it always runs.
-It runs the same analysis and figure commands as the `analyse` and `plot_figures` rules of the
-default target, over the run directories whose done.json exists when the DAG is built (a parameter,
-not an input, so no train job can be scheduled for it). The workflow is the same for every target:
-nothing here depends on which target was named on the command line.
+How `snakemake figures` never trains, without looking at the command line: `figures` is a rule of
+its own (rules/figures.smk) that writes the files of `analyse` and `plot_figures` in one job, running
+the same two commands over the run directories whose done.json exists when the DAG is built. Those
+are a parameter, not inputs, so the rule has no inputs and named as the target it is the whole DAG:
+no train or base_model job can enter it. As a parameter the set of finished runs is a rerun trigger:
+the job runs again when it changed, else there is nothing to do. `ruleorder` gives the same files to
+`analyse` and `plot_figures` for every other target, whose DAG is the same whatever was named.
 """
 
 

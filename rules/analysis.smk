@@ -2,7 +2,16 @@
 # in, the per-run summary, the paper's summary table and the study's question tables out.
 from analysis.names import INTERMEDIATE, TABLES
 
-# shared with the `figures` target (figures.smk), which runs it over the finished runs only
+# shared with the `figures` re-analysis rule (figures.smk)
+ANALYSIS_OUTPUTS = dict(
+    parquet=f"{RESULTS}/summary.parquet",
+    csv=f"{RESULTS}/summary.csv",
+    md=f"{RESULTS}/summary.md",
+    tex=f"{RESULTS}/summary.tex",
+    intermediate=[f"{RESULTS}/analysis/{name}.parquet" for name in INTERMEDIATE],
+    tables=[f"{RESULTS}/tables/{name}.{ext}" for name in TABLES for ext in ("csv", "md")],
+    report_tables=report_files(f"{RESULTS}/tables/{{}}.html", "report/table_{}.rst", TABLES),
+)
 ANALYSE_COMMAND = (
     "python -m analysis analyse --results {params.results} --analysis {params.analysis}"
     " --expected {params.expected} -- {params.run_dirs}"
@@ -13,16 +22,7 @@ rule analyse:
     input:
         analysis_inputs(RUNS),
     output:
-        parquet=f"{RESULTS}/summary.parquet",
-        csv=f"{RESULTS}/summary.csv",
-        md=f"{RESULTS}/summary.md",
-        tex=f"{RESULTS}/summary.tex",
-        intermediate=[f"{RESULTS}/analysis/{name}.parquet" for name in INTERMEDIATE],
-        tables=[f"{RESULTS}/tables/{name}.{ext}" for name in TABLES for ext in ("csv", "md")],
-        report_tables=[
-            report(f"{RESULTS}/tables/{name}.html", caption=f"report/table_{name}.rst", category=category)
-            for name, category in TABLES.items()
-        ],
+        **ANALYSIS_OUTPUTS,
     log:
         f"{RESULTS}/logs/analyse.log",
     benchmark:

@@ -91,6 +91,11 @@ def analysis_arg():
     return shlex.quote(json.dumps(config["analysis"], sort_keys=True))
 
 
+def report_files(path, caption, categories):
+    """`report()` outputs for each name -> category: the path and caption patterns filled with the name."""
+    return [report(path.format(n), caption=caption.format(n), category=c) for n, c in categories.items()]
+
+
 def get_final_output():
     """Everything the default target builds: every run, the summary and the figures."""
     return [run_file(r, "done.json") for r in RUNS] + FIGURES

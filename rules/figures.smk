@@ -1,7 +1,11 @@
-# The study's figures, rendered from the analysis tables alone, and the `figures` target: the
-# analysis and these figures again over the runs finished so far, never training (see Snakefile).
+# The study's figures, rendered from the analysis tables alone, and `snakemake figures`: the analysis
+# and these figures again over the runs finished so far, in one job that never trains (see Snakefile).
 from analysis.names import FIGURES as FIGURE_NAMES
 
+FIGURE_OUTPUTS = dict(
+    png=report_files(f"{RESULTS}/figures/{{}}.png", "report/{}.rst", FIGURE_NAMES),
+    pdf=[f"{RESULTS}/figures/{name}.pdf" for name in FIGURE_NAMES],
+)
 PLOT_COMMAND = (
     "python -m analysis figures --results {params.results} --analysis {params.analysis}"
     " --expected {params.expected} --out-dir {params.out_dir}"
@@ -13,11 +17,7 @@ rule plot_figures:
         summary=f"{RESULTS}/summary.parquet",
         intermediate=[f"{RESULTS}/analysis/{name}.parquet" for name in INTERMEDIATE],
     output:
-        png=[
-            report(f"{RESULTS}/figures/{name}.png", caption=f"report/{name}.rst", category=category)
-            for name, category in FIGURE_NAMES.items()
-        ],
-        pdf=[f"{RESULTS}/figures/{name}.pdf" for name in FIGURE_NAMES],
+        **FIGURE_OUTPUTS,
     log:
         f"{RESULTS}/logs/plot_figures.log",
     benchmark:
@@ -34,12 +34,22 @@ rule plot_figures:
         f"{PLOT_COMMAND} > {{log}} 2>&1"
 
 
-# `snakemake figures`: no inputs and no outputs, so it is the whole DAG when named and always runs;
-# the run directories it reads are those finished now (parameters, not inputs: nothing to train).
+# The files of `analyse` and `plot_figures`, which the default target takes from those two rules.
+ruleorder: analyse > figures
+ruleorder: plot_figures > figures
+
+
+# `snakemake figures`: no inputs, so no train job; the finished runs are a parameter, so the job
+# reruns when that set (or the config) changed since the files were written, else has nothing to do.
 rule figures:
+    output:
+        **ANALYSIS_OUTPUTS,
+        **FIGURE_OUTPUTS,
     log:
         analyse=f"{RESULTS}/logs/analyse.log",
         plot=f"{RESULTS}/logs/plot_figures.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figures.tsv"
     localrule: True
     conda:
         "../envs/analysis.yaml"
@@ -48,7 +58,7 @@ rule figures:
         run_dirs=finished_run_dirs,
         expected=" ".join(RUNS),
         analysis=analysis_arg(),
-        results=RESULTS,
-        out_dir=f"{RESULTS}/figures",
+        results=lambda wildcards, output: Path(output.parquet).parent,
+        out_dir=lambda wildcards, output: Path(output.png[0]).parent,
     shell:
         f"{ANALYSE_COMMAND} > {{log.analyse}} 2>&1 && {PLOT_COMMAND} > {{log.plot}} 2>&1"

@@ -1,4 +1,5 @@
-# The base model of each scale, one training job per run (submitted by trainer.launch), and
+# The base model of each scale, one training job per run (submitted by trainer.launch, so a local
+# rule: on a cluster it only submits and waits), and
 # `snakemake status`. A run whose config changed refuses to resume; to start it afresh:
 #   snakemake --config restart=RUN            (or restart=all; a finished run also needs --forcerun)
 
@@ -8,6 +9,8 @@ rule base_model:
         f"{RESULTS}/models/{{scale}}/model.json",
     log:
         f"{RESULTS}/logs/base_model/{{scale}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/base_model/{{scale}}.tsv"
     conda:
         "../envs/trainer.yaml"
     threads: 2
@@ -29,7 +32,10 @@ rule train:
         done=f"{RESULTS}/runs/{{run}}/done.json",
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{run}}.tsv"
     priority: train_priority
+    localrule: True
     conda:
         "../envs/trainer.yaml"
     threads: 1

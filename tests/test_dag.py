@@ -89,6 +89,12 @@ def test_figures_reanalyses_only_finished_runs(workdir):
     assert "13 runs not finished" in collect_log and "eval_opt-math-tiny-shared-s0" in collect_log
     assert (workdir / "results" / "logs" / "plot_figures.log").exists()
     assert not (workdir / "results" / "runs" / "voting-code-tiny-shared-s0").exists()
+    assert "Nothing to be done" in snakemake("figures", "-n", cwd=workdir).stdout
+    write_synthetic_run(workdir / "results" / "runs" / "single-math-tiny-shared-s0", "single-math-tiny-shared-s0")
+    again = snakemake("figures", "-n", "-p", cwd=workdir).stdout  # one more finished run: analysed again
+    assert "rule figures:" in again and "results/runs/single-math-tiny-shared-s0" in again
+    default = snakemake("-n", cwd=workdir).stdout  # the default target takes the files from its own rules
+    assert "rule analyse:" in default and "rule plot_figures:" in default and "rule figures:" not in default
 
 
 # `figures` as named through Snakemake's Python entry point, where sys.argv is not Snakemake's command line
