@@ -10,8 +10,8 @@ How `snakemake figures` never trains, without looking at the command line: `figu
 its own (rules/figures.smk) that writes the files of `analyse` and `plot_figures` in one job, running
 the same two commands over the run directories whose done.json exists when the DAG is built. Those
 are a parameter, not inputs, so the rule has no inputs and named as the target it is the whole DAG:
-no train or base_model job can enter it. As a parameter the set of finished runs is a rerun trigger:
-the job runs again when it changed, else there is nothing to do. `ruleorder` gives the same files to
+no train or base_model job can enter it. As parameters the finished runs (with their done.json
+times) are a rerun trigger: the job runs again when one finished, else there is nothing to do. `ruleorder` gives the same files to
 `analyse` and `plot_figures` for every other target, whose DAG is the same whatever was named.
 """
 

@@ -38,6 +38,13 @@ def finished_run_dirs(wildcards):
     return " ".join(run_dir(r) for r in RUNS if Path(run_file(r, "done.json")).exists())
 
 
+def finished_runs_stamp(wildcards):
+    """Each finished run with its done.json's modification time: as a parameter, a rerun trigger of
+    `figures` when a run finishes, or finishes again."""
+    done = [Path(run_file(r, "done.json")) for r in RUNS]
+    return " ".join(f"{p.parent.name}@{p.stat().st_mtime_ns}" for p in done if p.exists())
+
+
 def scale_env(wildcards, output):
     """The `env NAME=value ...` prefix of a job's command (names sorted): its scale's `env` in config, or nothing.
 

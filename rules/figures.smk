@@ -39,8 +39,8 @@ ruleorder: analyse > figures
 ruleorder: plot_figures > figures
 
 
-# `snakemake figures`: no inputs, so no train job; the finished runs are a parameter, so the job
-# reruns when that set (or the config) changed since the files were written, else has nothing to do.
+# `snakemake figures`: no inputs, so no train job; the finished runs are parameters, so the job reruns
+# when one finished (again) or the config changed since the files were written, else has nothing to do.
 rule figures:
     output:
         **ANALYSIS_OUTPUTS,
@@ -56,6 +56,7 @@ rule figures:
     threads: 1
     params:
         run_dirs=finished_run_dirs,
+        finished=finished_runs_stamp,
         expected=" ".join(RUNS),
         analysis=analysis_arg(),
         results=lambda wildcards, output: Path(output.parquet).parent,

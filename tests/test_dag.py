@@ -90,6 +90,9 @@ def test_figures_reanalyses_only_finished_runs(workdir):
     assert (workdir / "results" / "logs" / "plot_figures.log").exists()
     assert not (workdir / "results" / "runs" / "voting-code-tiny-shared-s0").exists()
     assert "Nothing to be done" in snakemake("figures", "-n", cwd=workdir).stdout
+    done = workdir / "results" / "runs" / "voting-math-tiny-shared-s0" / "done.json"
+    os.utime(done, ns=(done.stat().st_atime_ns, done.stat().st_mtime_ns + 10**9))  # the run finished again
+    assert "rule figures:" in snakemake("figures", "-n", cwd=workdir).stdout
     write_synthetic_run(workdir / "results" / "runs" / "single-math-tiny-shared-s0", "single-math-tiny-shared-s0")
     again = snakemake("figures", "-n", "-p", cwd=workdir).stdout  # one more finished run: analysed again
     assert "rule figures:" in again and "results/runs/single-math-tiny-shared-s0" in again
