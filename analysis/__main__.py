@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 
 from analysis.analyse import analyse
-from analysis.gradients import CAPTURE_SHARE
+from analysis.settings import AnalysisSettings
 from analysis.figures import render_all
 from trainer.sweep.rundir import parse_run_id
 
@@ -40,11 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "analyse":
-        analyse(args.run_dirs, args.expected, args.analysis, args.results)
+        analyse(args.run_dirs, args.expected, AnalysisSettings.from_dict(args.analysis), args.results)
     elif args.command == "figures":
         expected = expected_axes(args.expected) if args.expected else None
         render_all(args.results, args.out_dir, expected,
-                   capture_share=args.analysis.get("capture_share", CAPTURE_SHARE))
+                   capture_share=AnalysisSettings.from_dict(args.analysis).capture_share)
     return 0
 
 

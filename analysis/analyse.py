@@ -13,12 +13,12 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from analysis import tables
 from analysis.names import AXES
+from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline, aggregate_seeds
 from analysis.per_run import summarize_runs, write_tables
 
@@ -34,7 +34,7 @@ def skipped_runs(problems: pd.DataFrame, expected: list[str], analysed: set[str]
     return pd.DataFrame(rows, columns=SKIPPED_COLUMNS)
 
 
-def analyse(run_dirs: list[str | Path], expected: list[str], analysis: dict[str, Any], results: str | Path,
+def analyse(run_dirs: list[str | Path], expected: list[str], analysis: AnalysisSettings, results: str | Path,
             log=sys.stderr) -> dict[str, float]:
     """Analyse `run_dirs` into `results` (see the module docstring); returns seconds per stage."""
     results = Path(results)
@@ -63,10 +63,10 @@ def analyse(run_dirs: list[str | Path], expected: list[str], analysis: dict[str,
     if len(summary):
         questions = {
             "improves_on_base": tables.improves_on_base(summary),
-            "isolated_vs_shared": tables.isolated_vs_shared(summary, n_boot=analysis.get("bootstrap_n", 2000),
-                                                            seed=analysis.get("bootstrap_seed", 0)),
+            "isolated_vs_shared": tables.isolated_vs_shared(summary, n_boot=analysis.bootstrap_n,
+                                                            seed=analysis.bootstrap_seed),
             "variance_decomposition": tables.variance_decomposition(
-                summary, interactions=analysis.get("variance_interactions", True)),
+                summary, interactions=analysis.variance_interactions),
             "failure_signatures": tables.failure_signatures(summary, parts["signatures"]),
         }
     else:

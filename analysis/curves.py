@@ -14,6 +14,7 @@ import pandas as pd
 
 from analysis.names import AXES
 from analysis.runs import RunLogs
+from analysis.settings import AnalysisSettings
 
 __all__ = ["smooth", "summarize_curve", "curve_rows"]
 
@@ -59,13 +60,13 @@ def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int
     return out
 
 
-def curve_rows(logs: RunLogs, analysis: dict[str, Any]) -> list[dict[str, Any]]:
+def curve_rows(logs: RunLogs, analysis: AnalysisSettings) -> list[dict[str, Any]]:
     """One summary row per eval split of a checked run (DESIGN.md's definitions), with its noise floor."""
     cfg, rows = logs.config, []
     for split, g in logs.evals.groupby("split", sort=False):
         s = summarize_curve(g["step"].to_numpy(), g["accuracy"].to_numpy(),
-                            smoothing_window=analysis.get("smoothing_window", 1),
-                            terminal_k=analysis.get("terminal_k", 3), cliff_drop=analysis.get("cliff_drop", 0.1))
+                            smoothing_window=analysis.smoothing_window,
+                            terminal_k=analysis.terminal_k, cliff_drop=analysis.cliff_drop)
         n = int(g["n"].iloc[0]) if len(g) else 0
         base = s["base_acc"]
         # two binomial standard errors of the eval set: the noise floor of a gain

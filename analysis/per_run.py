@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -17,21 +16,24 @@ from analysis import gradients, signatures
 from analysis.names import AXES, INTERMEDIATE
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
 from analysis.curves import curve_rows
+from analysis.settings import AnalysisSettings
+from analysis.settings import eval_every as run_eval_every
+from analysis.settings import workflow_params as run_workflow_params
 
 
-def analyse_run(logs: RunLogs, analysis: dict[str, Any]) -> dict[str, pd.DataFrame]:
+def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataFrame]:
     """The per-run tables of one checked run."""
     cfg = logs.config
     axes = {"run": logs.run, **{a: cfg[a] for a in AXES}}
-    eval_every = float(cfg["training"].get("eval_every", 1))
-    sigs = signatures.run_signatures(logs.evals, logs.train, logs.samples, analysis.get("signatures"))
+    eval_every = run_eval_every(cfg)
+    sigs = signatures.run_signatures(logs.evals, logs.train, logs.samples, analysis.signatures)
     rows = curve_rows(logs, analysis)
     main = primary_split(logs.evals)
     for row in rows:
         row["primary"] = row["split"] == main
         cap = gradients.capture(logs.train, cliff_step=row["cliff_step"],
-                                capture_share=analysis.get("capture_share", gradients.CAPTURE_SHARE),
-                                trend_fraction=analysis.get("capture_trend_fraction", 0.2))
+                                capture_share=analysis.capture_share,
+                                trend_fraction=analysis.capture_trend_fraction)
         row.update(cap)
         cause, cause_step = signatures.cliff_cause(sigs, row["split"], row["cliff_step"], eval_every) \
             if row["cliff"] else (None, math.nan)
@@ -40,13 +42,13 @@ def analyse_run(logs: RunLogs, analysis: dict[str, Any]) -> dict[str, pd.DataFra
         row["signatures"] = ", ".join(sorted(set(
             sigs[~sigs["at_base"] & (sigs["split"].isna() | (sigs["split"] == row["split"]))]["signature"])))
     grads = gradients.role_steps(logs.train).assign(**axes)
-    amp = gradients.amplification(logs.train, cfg["workflow"], cfg.get("workflow_params", {})).assign(**axes)
+    amp = gradients.amplification(logs.train, cfg["workflow"], run_workflow_params(cfg)).assign(**axes)
     curves = logs.evals.assign(**axes, primary=logs.evals["split"] == main)
     return {"runs": pd.DataFrame(rows), "curves": curves, "gradients": grads, "amplification": amp,
             "signatures": sigs.assign(**axes)}
 
 
-def summarize_runs(run_dirs: list[str | Path], analysis: dict[str, Any]) -> dict[str, pd.DataFrame]:
+def summarize_runs(run_dirs: list[str | Path], analysis: AnalysisSettings) -> dict[str, pd.DataFrame]:
     """Every run's tables, concatenated; a run with bad logs is a `problems` row saying why."""
     parts: dict[str, list[pd.DataFrame]] = {k: [] for k in INTERMEDIATE}
     for run_dir in map(Path, run_dirs):

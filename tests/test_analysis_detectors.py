@@ -11,6 +11,7 @@ from analysis.gradients import capture
 from analysis.curves import summarize_curve
 from analysis.signatures import majority_ignored, run_signatures
 from analysis.per_run import analyse_run
+from analysis.settings import AnalysisSettings
 from analysis.runs import load_run
 from benchmarks.synthetic_logs import write_synthetic_run
 
@@ -63,7 +64,7 @@ def test_planted_evaluator_collapse_found_with_its_step(tmp_path):
     logs = load_run(tmp_path / run)
     sigs = run_signatures(logs.evals, logs.train, logs.samples)
     assert list(sigs["signature"]) == ["evaluator_always_accepts"] and sigs["onset_step"].iloc[0] == 60
-    row = analyse_run(logs, {"cliff_drop": 0.1})["runs"].iloc[0]
+    row = analyse_run(logs, AnalysisSettings(cliff_drop=0.1, smoothing_window=1))["runs"].iloc[0]
     assert row["cliff"] and row["cliff_step"] == 60 and row["cliff_cause"] == "evaluator_always_accepts"
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss
-from trainer.rl.train import GradientRecorder, Row, micro_batches
+from trainer.rl.update import GradientRecorder, Row, micro_batches
 
 
 def test_group_advantages_match_trl_formula():

@@ -11,6 +11,8 @@ import pytest
 from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs, tiny_base_model, tiny_run_config
 from trainer.sweep.launch import LaunchError, launch, write_run_config
 from trainer.rl.train import ResumeError, Trainer, run_training
+from trainer.settings import RunSettings
+from trainer.sweep.config import config_hash
 
 RUN = "voting-math-tiny-isolated-s0"
 
@@ -87,6 +89,25 @@ def test_resume_restores_sampler_position_and_rng(tmp_path, base_model):
 
 
 @pytest.mark.slow
+def test_trainer_builds_from_settings_of_a_written_config_json(tmp_path, base_model):
+    """config.json as `trainer launch` writes it reads into RunSettings (analysis and resumes read old
+    ones), a Trainer is built from those settings, and its checkpoint keeps config.json byte for byte."""
+    run_dir = tmp_path / "s"
+    written = write_run_config(run_config(), base_model, run_dir)
+    on_disk = json.loads((run_dir / "config.json").read_text())
+    assert on_disk == written and config_hash(on_disk) == on_disk["config_hash"]
+    settings = RunSettings.from_dict(on_disk)
+    assert settings.training.max_steps == on_disk["training"]["max_steps"] and settings.run == RUN
+    assert settings.task_params.eval[0].source == on_disk["task_params"]["eval"][0]["source"]
+    trainer = Trainer(settings, run_dir)
+    assert trainer.routing == {"generator": "generator", "aggregator": "aggregator"}
+    trainer.checkpoint(1)
+    saved = run_dir / "work" / "checkpoints" / "step-000001" / "config.json"
+    assert saved.read_bytes() == (run_dir / "config.json").read_bytes()
+    assert Trainer(settings, run_dir).resume() == 1
+
+
+@pytest.mark.slow
 def test_changed_config_refuses_to_resume_naming_the_key(tmp_path, base_model):
     run_dir = train(tmp_path, "c", base_model)
     (run_dir / "done.json").unlink()
@@ -134,6 +155,7 @@ def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model,
 
     real = LOSS_AGGREGATIONS["dapo"]
     poisoned = {"on": False}
+    poison_steps: list[int] = []  # the steps whose loss is NaN
 
     def nan_when_poisoned(per_token, mask, totals):
         loss = real(per_token, mask, totals)
@@ -142,14 +164,14 @@ def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model,
     real_step = train_module.Trainer.train_step
 
     def step(self, s):
-        poisoned["on"] = s in self.t.get("poison_steps", [])
+        poisoned["on"] = s in poison_steps
         return real_step(self, s)
 
     monkeypatch.setitem(LOSS_AGGREGATIONS, "dapo", nan_when_poisoned)
     monkeypatch.setattr(train_module.Trainer, "train_step", step)
     run_dir = tmp_path / "nan"
     cfg = run_config(max_skipped=1)
-    cfg["training"]["poison_steps"] = [2]
+    poison_steps[:] = [2]
     write_run_config(cfg, base_model, run_dir)
     run_training(run_dir)
     train = pd.read_parquet(run_dir / "train.parquet")
@@ -163,7 +185,7 @@ def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model,
     before = pd.read_parquet(clean / "train.parquet")
     assert train[train["step"] == 1]["loss"].tolist() == before[before["step"] == 1]["loss"].tolist()
 
-    cfg["training"]["poison_steps"] = [1, 3]
+    poison_steps[:] = [1, 3]
     write_run_config(cfg, base_model, tmp_path / "fail")
     with pytest.raises(train_module.TrainingError, match=r"2 steps skipped .*max_skipped = 1.*\[1, 3\]"):
         run_training(tmp_path / "fail")

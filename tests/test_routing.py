@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.rl import train as train_mod
+from trainer.rl import update as train_mod
 from trainer.models.base_model import build_tiny_model
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
 from trainer.rl.policies import PolicySet, routing_table
-from trainer.rl.train import GradientRecorder, Row, Trainer, collate
+from trainer.rl.update import PolicyUpdater, Row, collate
+from trainer.settings import TrainingSettings, from_dict
 
 VOCAB, PAD = 64, 0
 ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -43,21 +44,19 @@ def training(finetune: str, **extra: Any) -> dict[str, Any]:
             "max_completion_length": 8, **extra}
 
 
-def make_trainer(routing: dict[str, str], t: dict[str, Any], seed: int = 0) -> Trainer:
-    """A Trainer holding only what `update` uses (no task, data or run directory)."""
-    trainer = Trainer.__new__(Trainer)
-    trainer.t, trainer.device = t, "cpu"
-    trainer.tokenizer = SimpleNamespace(pad_token_id=PAD)
-    trainer.routing = routing
-    trainer.policies = PolicySet(tiny_qwen3(seed), routing, t)
+def make_trainer(routing: dict[str, str], t: dict[str, Any], seed: int = 0) -> SimpleNamespace:
+    """What `Trainer.update` uses, built from settings: the policies over a tiny model and their
+    PolicyUpdater (no task, data or run directory); `t` stays the dict the checks below read."""
+    settings = from_dict(TrainingSettings, t, "training")
+    policies = PolicySet(tiny_qwen3(seed), routing, settings)
     if t["finetune"] == "lora":
         # PEFT initialises lora_B to zero (then lora_A gets no gradient): perturb so every weight does
         with torch.no_grad():
-            for p in trainer.policies:
+            for p in policies:
                 for x in p.params:
                     x.add_(0.05 * torch.randn_like(x))
-    trainer.recorders = {p.name: GradientRecorder(p.params) for p in trainer.policies}
-    return trainer
+    updater = PolicyUpdater(policies, settings, pad_id=PAD, device="cpu")
+    return SimpleNamespace(t=t, routing=routing, policies=policies, recorders=updater.recorders, update=updater.update)
 
 
 def rows_for(roles: list[str], per_role: int = 5, seed: int = 1) -> list[Row]:
@@ -72,11 +71,11 @@ def rows_for(roles: list[str], per_role: int = 5, seed: int = 1) -> list[Row]:
     return rows
 
 
-def snapshot(trainer: Trainer) -> dict[str, list[torch.Tensor]]:
+def snapshot(trainer: SimpleNamespace) -> dict[str, list[torch.Tensor]]:
     return {p.name: [x.detach().clone() for x in p.params] for p in trainer.policies}
 
 
-def separate_role_grad_norms(trainer: Trainer, policy_name: str, rows: list[Row]) -> dict[str, float]:
+def separate_role_grad_norms(trainer: SimpleNamespace, policy_name: str, rows: list[Row]) -> dict[str, float]:
     """Each role's gradient norm from its own backward pass: its rows' share of the policy loss
     (normalised by the policy's whole batch, as the update does), computed here from scratch."""
     t = trainer.t
@@ -199,16 +198,20 @@ def test_recorded_role_grad_norms_equal_separate_backward_passes(finetune: str, 
 def test_policy_groups_from_config_reach_the_routing_table() -> None:
     """training.policy_groups is a valid config key and is what the trainer's routing reads."""
     from tests.conftest import ROOT
-    from trainer.sweep.config import load_yaml, resolve_run_config, validate_config
+    from trainer.sweep.config import ConfigError, load_yaml, resolve_run_config, validate_config
     from trainer.sweep.runid import parse_run_id
 
     config = load_yaml(ROOT / "config.yaml")
     groups = {"voters_and_aggregator": ["generator", "aggregator"]}
-    config["training"]["policy_groups"] = groups
+    # policy_groups must cover each run's workflow, so they are set for the voting runs only
+    config["overrides"].append({"match": {"workflow": "voting"}, "training": {"policy_groups": groups}})
     validate_config(config, load_yaml(ROOT / "rules" / "config.schema.yaml"))
     rc = resolve_run_config(config, parse_run_id("voting-math-tiny-isolated-s0"))
     assert rc["training"]["policy_groups"] == groups
     assert routing_table(rc["policy"], ("generator", "aggregator"), rc["training"]["policy_groups"]) == \
         {"generator": "voters_and_aggregator", "aggregator": "voters_and_aggregator"}
+    config["training"]["policy_groups"] = groups  # on every workflow: eval_opt's evaluator has no policy
+    with pytest.raises(ConfigError, match=r"training.policy_groups: .*'evaluator'"):
+        validate_config(config, load_yaml(ROOT / "rules" / "config.schema.yaml"))
     with pytest.raises(ValueError, match="without a policy"):
         routing_table("isolated", ("generator", "aggregator"), {"voters": ["generator"]})

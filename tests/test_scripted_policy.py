@@ -14,7 +14,8 @@ import math
 import pytest
 
 from trainer.tasks import Problem, get_task
-from trainer.rl.train import assign_rewards_and_advantages
+from trainer.rl.grpo import assign_rewards_and_advantages
+from trainer.settings import TrainingSettings
 from trainer.workflows import Completion, make_workflow, score_episodes
 
 FORMAT = "Put the final answer in \\boxed{}."
@@ -59,8 +60,10 @@ def run(math_task, name: str, params: dict, problems: list[Problem], **replies: 
     return wf, episodes, script
 
 
-def training(reward_mode="final_outcome", advantage_grouping="role_instance", scale_rewards="group") -> dict:
-    return {"reward_mode": reward_mode, "advantage_grouping": advantage_grouping, "scale_rewards": scale_rewards}
+def training(reward_mode="final_outcome", advantage_grouping="role_instance", scale_rewards="group",
+             normalize_advantages_per_role=False) -> TrainingSettings:
+    return TrainingSettings(reward_mode=reward_mode, advantage_grouping=advantage_grouping, scale_rewards=scale_rewards,
+                            normalize_advantages_per_role=normalize_advantages_per_role)
 
 
 def per_turn(episodes, what: str) -> list[list[float]]:
@@ -356,12 +359,12 @@ def test_per_role_normalization_divides_each_roles_advantages_by_their_std(math_
     wf, eps, _ = voting_rollouts(math_task)
     centred = [[1 / 3, -2 / 3, 1 / 3], [-2 / 3, 1 / 3, -2 / 3], [1 / 3, 1 / 3, 1 / 3],
                [-1 / 3, -1 / 3, -2 / 3], [2 / 3, -1 / 3, 1 / 3], [-1 / 3, 2 / 3, 1 / 3]]  # as above
-    assign_rewards_and_advantages(wf, eps, GROUP_OF, {**training("per_role", scale_rewards="none"),
-                                                      "normalize_advantages_per_role": True})
+    assign_rewards_and_advantages(wf, eps, GROUP_OF, training("per_role", scale_rewards="none",
+                                                                  normalize_advantages_per_role=True))
     # voters: 12 advantages with mean 0 and squares summing to 24/9; the aggregator: 6, summing to 12/9
     voters, aggregator = math.sqrt(24 / 9 / 11) + EPS, math.sqrt(12 / 9 / 5) + EPS
     assert per_turn(eps, "advantage") == approx([[row[0] / voters, row[1] / voters, row[2] / aggregator]
                                                  for row in centred])
-    assign_rewards_and_advantages(wf, eps, GROUP_OF, {**training("per_role", scale_rewards="none"),
-                                                      "normalize_advantages_per_role": False})
+    assign_rewards_and_advantages(wf, eps, GROUP_OF, training("per_role", scale_rewards="none",
+                                                                  normalize_advantages_per_role=False))
     assert per_turn(eps, "advantage") == approx(centred)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from trainer.rl.rollout import chat_prompt
+from trainer.settings import TinySettings, from_dict
 from trainer.sweep.rundir import write_json_atomic
 
 
@@ -80,7 +81,7 @@ def demonstrations(spec: dict[str, Any], rng: random.Random) -> dict[str, list[t
     from trainer.tasks import get_task, load_problems
     from trainer.workflows import make_workflow
 
-    flaw_rate = float(spec["tiny"].get("flawed_demonstrations", 0.0))
+    flaw_rate = from_dict(TinySettings, spec["tiny"], "tiny").flawed_demonstrations
     out = {}
     for task_name, entry in spec["tasks"].items():
         pairs = []
@@ -149,7 +150,7 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
     opt = torch.optim.AdamW(model.parameters(), lr=arch["warm_start_learning_rate"], betas=(0.9, 0.95),
                             weight_decay=0.0)
     steps, batch_size = arch["warm_start_steps"], arch["warm_start_batch_size"]
-    n_micro = max(1, min(int(arch.get("warm_start_micro_batches", 2)), batch_size))
+    n_micro = max(1, min(from_dict(TinySettings, arch, "tiny").warm_start_micro_batches, batch_size))
     size = -(-batch_size // n_micro)  # rows per micro-batch
     model.train()
     t0, losses = time.time(), []

@@ -1,6 +1,7 @@
 """GRPO as TRL computes it: per-token log-probs, the clipped surrogate, KL, and loss normalisation.
 
-Pure tensor functions, unit-tested against TRL's GRPOTrainer. A loss variant is one entry of
+Pure tensor functions, unit-tested against TRL's GRPOTrainer, and the rewards and advantages of a
+step's turns (`assign_rewards_and_advantages`) that the loss consumes. A loss variant is one entry of
 LOSS_AGGREGATIONS, keyed by TRL's `loss_type`; it returns this micro-batch's share of the whole
 batch's loss, so summing micro-batch losses (and their gradients) gives the full-batch result.
 """
@@ -9,10 +10,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Hashable
+from typing import TYPE_CHECKING, Callable, Hashable
 
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+
+from trainer.settings import TrainingSettings
+
+if TYPE_CHECKING:  # types only: the workflows import nothing from here
+    from trainer.workflows import Episode, Turn, Workflow
 
 
 def per_token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -110,3 +116,39 @@ def group_advantages(rewards: list[float], groups: list[Hashable], scale: bool) 
         for i, a in zip(idx, adv.tolist()):
             out[i] = a
     return out
+
+
+def assign_rewards_and_advantages(workflow: Workflow, episodes: list[Episode], group_of: list[int],
+                                  training: TrainingSettings) -> None:
+    """Set every turn's reward (final outcome or per role) and its GRPO advantage."""
+    for ep in episodes:
+        for t in ep.turns:
+            t.reward = (ep.score.score if training.reward_mode == "final_outcome"
+                        else workflow.role_reward(ep, t))
+    scale = training.scale_rewards == "group"
+    if training.advantage_grouping == "episode":
+        rewards = [sum(t.reward for t in ep.turns) / len(ep.turns) for ep in episodes]
+        advs = group_advantages(rewards, group_of, scale)
+        for ep, a in zip(episodes, advs):
+            for t in ep.turns:
+                t.advantage = a
+    else:  # a group per prompt and role instance, across the rollouts; every turn a sample
+        turns = [(g, t) for g, ep in zip(group_of, episodes) for t in ep.turns]
+        advs = group_advantages([t.reward for _, t in turns], [(g, t.role, t.agent) for g, t in turns], scale)
+        for (_, t), a in zip(turns, advs):
+            t.advantage = a
+    if training.normalize_advantages_per_role:
+        normalize_per_role([t for ep in episodes for t in ep.turns])
+
+
+def normalize_per_role(turns: list[Turn]) -> None:
+    """Divide each role's advantages by their std over the step (Bessel, +1e-4, as the group std), so
+    that every role's advantages have the same scale whatever its reward variance. Not re-centred:
+    each GRPO group keeps its zero mean, each turn its sign."""
+    for role in dict.fromkeys(t.role for t in turns):
+        mine = [t for t in turns if t.role == role]
+        if len(mine) < 2:
+            continue
+        std = float(torch.tensor([t.advantage for t in mine], dtype=torch.float64).std())
+        for t in mine:
+            t.advantage = t.advantage / (std + 1e-4)

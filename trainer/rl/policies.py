@@ -10,10 +10,12 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+
+from trainer.settings import TrainingSettings
 
 
 def routing_table(mode: str, roles: tuple[str, ...], groups: dict[str, list[str]] | None = None) -> dict[str, str]:
@@ -61,15 +63,15 @@ class Policy:
 class PolicySet:
     """All policies of a run over one base model, and which module to call for each."""
 
-    def __init__(self, base: torch.nn.Module, routing: dict[str, str], training: dict[str, Any]):
+    def __init__(self, base: torch.nn.Module, routing: dict[str, str], training: TrainingSettings):
         self.routing = routing
-        self.finetune = training["finetune"]
+        self.finetune = training.finetune
         names = list(dict.fromkeys(routing.values()))
         self.models: dict[str, torch.nn.Module] = {}
         if self.finetune == "lora":
-            lora = training["lora"]
-            cfg = LoraConfig(r=lora["r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora.get("lora_dropout", 0.0),
-                             target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
+            lora = training.lora
+            cfg = LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
+                             target_modules=lora.target_modules, task_type="CAUSAL_LM")
             self.peft: PeftModel = get_peft_model(base, cfg, adapter_name=names[0])
             for name in names[1:]:
                 self.peft.add_adapter(name, cfg)
@@ -78,22 +80,22 @@ class PolicySet:
                 p.requires_grad_(True)  # PEFT freezes inactive adapters; model() re-selects the active one
             self.reference = None  # the base is the adapter-disabled model
         elif self.finetune == "full":
-            self.reference = copy.deepcopy(base).requires_grad_(False) if training.get("beta", 0) > 0 else None
+            self.reference = copy.deepcopy(base).requires_grad_(False) if training.beta > 0 else None
             for name in names:
                 self.models[name] = copy.deepcopy(base).requires_grad_(True)
             params = {n: list(self.models[n].parameters()) for n in names}
         else:
             raise ValueError(f"training.finetune: unknown value {self.finetune!r} (lora or full)")
-        steps = training["max_steps"] * training.get("num_iterations", 1)
-        warmup = int(training.get("warmup_ratio", 0.0) * steps)
+        steps = training.max_steps * training.num_iterations
+        warmup = int(training.warmup_ratio * steps)
         self.policies: dict[str, Policy] = {}
         for name in names:
             if not params[name]:
                 raise ValueError(f"policy {name!r} has no trainable parameters")
-            opt = torch.optim.AdamW(params[name], lr=training["learning_rate"],
-                                    betas=(training.get("adam_beta1", 0.9), training.get("adam_beta2", 0.999)),
-                                    weight_decay=training.get("weight_decay", 0.0))
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(training["lr_scheduler_type"], steps, warmup))
+            opt = torch.optim.AdamW(params[name], lr=training.learning_rate,
+                                    betas=(training.adam_beta1, training.adam_beta2),
+                                    weight_decay=training.weight_decay)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(training.lr_scheduler_type, steps, warmup))
             self.policies[name] = Policy(name, [r for r, p in routing.items() if p == name], params[name], opt, sched)
 
     def model(self, policy: str) -> torch.nn.Module:

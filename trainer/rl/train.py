@@ -2,10 +2,11 @@
 
     python -m trainer train --run-dir results/runs/voting-math-tiny-shared-s0
 
-reads the run's config.json (written by `trainer launch`), evaluates the base model at step 0,
-trains `max_steps` GRPO steps (rollouts through the workflow, rewards, advantages, one update
-per policy), evaluates every `eval_every` steps, checkpoints under work/, and at the end
-publishes train/eval/samples parquet and done.json atomically.
+reads the run's config.json (written by `trainer launch`) into RunSettings, evaluates the base
+model at step 0, trains `max_steps` GRPO steps (rollouts through the workflow, rewards and
+advantages (grpo.py), one update per policy (update.py)), evaluates every `eval_every` steps,
+checkpoints under work/ (checkpoint.py), and at the end publishes train/eval/samples parquet and
+done.json atomically. Read `Trainer.fit` top to bottom for the loop.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import random
 import shutil
@@ -21,36 +21,27 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import pandas as pd
 import torch
 
-from trainer.sweep import rundir
-from trainer.sweep.config import changed_keys, is_eval_step
-from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
+from trainer.rl.checkpoint import ResumeError, load_checkpoint, pause_for_tests, sampler_state, save_checkpoint
+from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
+from trainer.rl.update import GradientRecorder, PolicyUpdater, Row, collate, micro_batches
+from trainer.settings import RunSettings
+from trainer.sweep import rundir
 from trainer.tasks import Problem, get_task, load_problems
-from trainer.workflows import Episode, Turn, Workflow, make_workflow, score_episodes
+from trainer.workflows import Episode, make_workflow, score_episodes
 
-
-class ResumeError(RuntimeError):
-    """A run cannot resume from its checkpoint (the config changed)."""
+__all__ = ["GradientRecorder", "ResumeError", "Row", "Trainer", "TrainingError", "collate", "micro_batches",
+           "run_training"]
 
 
 class TrainingError(RuntimeError):
     """A run that cannot go on (e.g. too many steps with a non-finite loss or gradient)."""
-
-
-def pause_for_tests(point: str) -> None:
-    """TEST HOOK, off unless set: sleep TRAINER_TEST_PAUSE_S seconds at each `point` named in
-    TRAINER_TEST_PAUSE_AT (comma list of checkpoint, publish, step), so that a test can kill the
-    process inside that window (e.g. while a checkpoint is half-written)."""
-    if point in os.environ.get("TRAINER_TEST_PAUSE_AT", "").split(","):
-        time.sleep(float(os.environ.get("TRAINER_TEST_PAUSE_S", "1")))
 
 
 def seed_everything(seed: int) -> None:
@@ -67,172 +58,65 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7_919 + salt) % 2**31
 
 
-@dataclass
-class Row:
-    """One turn as a training sample of its policy."""
+class Trainer:
+    """Everything one run holds: model, policies, task, workflow, data and logs.
 
-    role: str
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float
-    reward: float
-
-
-class GradientRecorder:
-    """Each role's share of a policy's gradient, from leaf hooks on role-grouped micro-batches.
-
-    The backward pass of a micro-batch that holds one role's rows delivers exactly that role's
-    gradient to each parameter's hook, so no extra backward pass is needed.
+    Built from RunSettings (or the config.json dict they are read from). `model` and `tokenizer`,
+    when given, replace the base model of `settings.base_model` (tests build a Trainer on a tiny
+    in-memory model).
     """
 
-    def __init__(self, params: list[torch.nn.Parameter]):
-        self.role: str | None = None
-        self.grads: dict[str, list[torch.Tensor | None]] = {}
-        self.handles = [p.register_hook(self._hook(i, len(params))) for i, p in enumerate(params)]
-
-    def _hook(self, i: int, n: int):
-        def hook(grad: torch.Tensor) -> None:
-            buf = self.grads.setdefault(self.role, [None] * n)
-            buf[i] = grad.detach().float().clone() if buf[i] is None else buf[i] + grad.detach().float()
-        return hook
-
-    def reset(self) -> None:
-        self.grads = {}
-
-    def metrics(self) -> dict[str, dict[str, float]]:
-        """Per role: norm of its gradient, its share of the summed squared norms, cosine with the others'."""
-        flat = {r: torch.cat([g.flatten() for g in gs if g is not None]) if any(g is not None for g in gs)
-                else None for r, gs in self.grads.items()}
-        flat = {r: v for r, v in flat.items() if v is not None}
-        sq = {r: float(v.pow(2).sum()) for r, v in flat.items()}
-        total_sq = sum(sq.values())
-        total = sum(flat.values()) if flat else None
-        out = {}
-        for r, v in flat.items():
-            others = total - v
-            denom = float(v.norm() * others.norm())
-            out[r] = {"grad_norm": math.sqrt(sq[r]),
-                      "grad_sq_share": sq[r] / total_sq if total_sq > 0 else float("nan"),
-                      "grad_cos_others": float(v @ others) / denom if len(flat) > 1 and denom > 0 else float("nan")}
-        return out
-
-
-def micro_batches(rows: list[Row], token_budget: int) -> list[list[Row]]:
-    """Rows grouped by role (so gradients can be attributed), chunked so rows x width <= budget."""
-    batches = []
-    for role in dict.fromkeys(r.role for r in rows):
-        current: list[Row] = []
-        for row in (r for r in rows if r.role == role):
-            width = max([len(x.prompt_ids) + len(x.completion_ids) for x in current + [row]])
-            if current and width * (len(current) + 1) > token_budget:
-                batches.append(current)
-                current = []
-            current.append(row)
-        if current:
-            batches.append(current)
-    return batches
-
-
-def collate(rows: list[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-padded prompts followed by right-padded completions: (input_ids, attention_mask, completion_mask)."""
-    p_len = max(len(r.prompt_ids) for r in rows)
-    c_len = max(len(r.completion_ids) for r in rows)
-    ids = torch.full((len(rows), p_len + c_len), pad_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    cmask = torch.zeros((len(rows), c_len), dtype=torch.float32)
-    for i, r in enumerate(rows):
-        p, c = len(r.prompt_ids), len(r.completion_ids)
-        ids[i, p_len - p:p_len] = torch.tensor(r.prompt_ids)
-        ids[i, p_len:p_len + c] = torch.tensor(r.completion_ids)
-        attn[i, p_len - p:p_len + c] = 1
-        cmask[i, :c] = 1
-    return ids, attn, cmask
-
-
-def assign_rewards_and_advantages(workflow: Workflow, episodes: list[Episode], group_of: list[int],
-                                  training: dict[str, Any]) -> None:
-    """Set every turn's reward (final outcome or per role) and its GRPO advantage."""
-    for ep in episodes:
-        for t in ep.turns:
-            t.reward = (ep.score.score if training["reward_mode"] == "final_outcome"
-                        else workflow.role_reward(ep, t))
-    scale = training["scale_rewards"] == "group"
-    if training["advantage_grouping"] == "episode":
-        rewards = [sum(t.reward for t in ep.turns) / len(ep.turns) for ep in episodes]
-        advs = group_advantages(rewards, group_of, scale)
-        for ep, a in zip(episodes, advs):
-            for t in ep.turns:
-                t.advantage = a
-    else:  # a group per prompt and role instance, across the rollouts; every turn a sample
-        turns = [(g, t) for g, ep in zip(group_of, episodes) for t in ep.turns]
-        advs = group_advantages([t.reward for _, t in turns], [(g, t.role, t.agent) for g, t in turns], scale)
-        for (_, t), a in zip(turns, advs):
-            t.advantage = a
-    if training.get("normalize_advantages_per_role"):
-        normalize_per_role([t for ep in episodes for t in ep.turns])
-
-
-def normalize_per_role(turns: list[Turn]) -> None:
-    """Divide each role's advantages by their std over the step (Bessel, +1e-4, as the group std), so
-    that every role's advantages have the same scale whatever its reward variance. Not re-centred:
-    each GRPO group keeps its zero mean, each turn its sign."""
-    for role in dict.fromkeys(t.role for t in turns):
-        mine = [t for t in turns if t.role == role]
-        if len(mine) < 2:
-            continue
-        std = float(torch.tensor([t.advantage for t in mine], dtype=torch.float64).std())
-        for t in mine:
-            t.advantage = t.advantage / (std + 1e-4)
-
-
-class Trainer:
-    """Everything one run holds: model, policies, task, workflow, data and logs."""
-
-    def __init__(self, run_config: dict[str, Any], run_dir: str | Path, log=None):
-        self.cfg = run_config
-        self.t = run_config["training"]
+    def __init__(self, settings: RunSettings | dict[str, Any], run_dir: str | Path, log=None, *,
+                 model: torch.nn.Module | None = None, tokenizer: Any = None):
+        self.settings = settings if isinstance(settings, RunSettings) else RunSettings.from_dict(settings)
+        self.cfg = self.settings.raw  # the config.json dict: rewritten into checkpoints as it is
+        self.t = t = self.settings.training
         self.run_dir = Path(run_dir)
         self.work = self.run_dir / rundir.WORK_DIR
         self.work.mkdir(parents=True, exist_ok=True)
-        self.log = log or (lambda msg: print(f"[{run_config['run']}] {msg}", file=sys.stderr, flush=True))
+        self.log = log or (lambda msg: print(f"[{self.settings.run}] {msg}", file=sys.stderr, flush=True))
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        seed_everything(run_config["seed"])
+        seed_everything(self.settings.seed)
         if self.device == "cpu":
-            torch.set_num_threads(max(1, int(run_config["resources"].get("cpus", 1))))
-        self.tokenizer, base = self._load_base()
-        self.task = get_task(run_config["task"])
-        self.workflow = make_workflow(run_config["workflow"], run_config["workflow_params"], self.task)
-        self.routing = routing_table(run_config["policy"], self.workflow.roles, self.t.get("policy_groups"))
-        self.policies = PolicySet(base, self.routing, self.t)
-        self.recorders = {p.name: GradientRecorder(p.params) for p in self.policies}
-        common = dict(max_new_tokens=self.t["max_completion_length"], top_p=self.t["top_p"],
-                      enable_thinking=self.t["enable_thinking"], device=self.device)
-        backend = self.t.get("generation_backend", "hf")
-        self.generate = make_generator(backend, self.policies, self.tokenizer, temperature=self.t["temperature"],
-                                       **common)
-        self.eval_generate = make_generator(backend, self.policies, self.tokenizer,
-                                            temperature=self.t["eval_temperature"], **common)
-        params = run_config["task_params"]
-        self.train_problems = load_problems(run_config["task"], params["train"], "train")
-        self.eval_splits = {}
-        for i, spec in enumerate(params["eval"]):
-            spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
-            name = spec.get("name", f"eval{i}")
-            self.eval_splits[name] = load_problems(run_config["task"], spec, "eval")[: self.t["eval_problems"]]
+            torch.set_num_threads(max(1, self.settings.resources.cpus))
+        self.tokenizer, base = (tokenizer, model) if model is not None else self._load_base()
+        self.task = get_task(self.settings.task)
+        self.workflow = make_workflow(self.settings.workflow, self.cfg["workflow_params"], self.task)
+        self.routing = routing_table(self.settings.policy, self.workflow.roles, t.policy_groups)
+        self.policies = PolicySet(base, self.routing, t)
+        self.updater = PolicyUpdater(self.policies, t, self.tokenizer.pad_token_id, self.device)
+        self.recorders = self.updater.recorders
+        common = dict(max_new_tokens=t.max_completion_length, top_p=t.top_p, enable_thinking=t.enable_thinking,
+                      device=self.device)
+        self.generate = make_generator(t.generation_backend, self.policies, self.tokenizer,
+                                       temperature=t.temperature, **common)
+        self.eval_generate = make_generator(t.generation_backend, self.policies, self.tokenizer,
+                                            temperature=t.eval_temperature, **common)
+        self._load_problems()
         self.train_rows: list[dict[str, Any]] = []
         self.eval_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
 
+    def _load_problems(self) -> None:
+        """The train problems and each eval split's (at most eval_problems), from the task's sources."""
+        params = self.cfg["task_params"]  # the source dicts as written (trainer.tasks reads them)
+        self.train_problems = load_problems(self.settings.task, params["train"], "train")
+        self.eval_splits = {}
+        for i, spec in enumerate(params["eval"]):
+            spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
+            name = self.settings.task_params.eval[i].name or f"eval{i}"
+            self.eval_splits[name] = load_problems(self.settings.task, spec, "eval")[: self.t.eval_problems]
+
     def _load_base(self):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        info = self.cfg["base_model"]
-        dtype = getattr(torch, self.cfg["model"]["dtype"]) if self.device == "cuda" else torch.float32
+        info = self.settings.base_model
+        dtype = getattr(torch, self.settings.model.dtype) if self.device == "cuda" else torch.float32
         tokenizer = AutoTokenizer.from_pretrained(info["path"])
         model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype).to(self.device)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        if self.t.get("gradient_checkpointing"):
+        if self.t.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
         return tokenizer, model
@@ -240,20 +124,21 @@ class Trainer:
     # -- data ------------------------------------------------------------------------------
     def prompts_for_step(self, step: int) -> list[Problem]:
         """The step's prompts: consecutive slices of a per-epoch seeded permutation."""
-        n, k = len(self.train_problems), self.t["prompts_per_step"]
+        n, k = len(self.train_problems), self.t.prompts_per_step
         out = []
         for pos in range((step - 1) * k, step * k):
             epoch, i = divmod(pos, n)
             order = list(range(n))
-            random.Random(step_seed(self.cfg["seed"], epoch, salt=1)).shuffle(order)
+            random.Random(step_seed(self.settings.seed, epoch, salt=1)).shuffle(order)
             out.append(self.train_problems[order[i]])
         return out
 
     # -- one step ---------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Episode], list[int]]:
-        torch.manual_seed(step_seed(self.cfg["seed"], step))
+        """The step's episodes (num_generations per prompt), scored, with rewards and advantages."""
+        torch.manual_seed(step_seed(self.settings.seed, step))
         prompts = self.prompts_for_step(step)
-        g = self.t["num_generations"]
+        g = self.t.num_generations
         problems = [p for p in prompts for _ in range(g)]
         group_of = [i for i in range(len(prompts)) for _ in range(g)]
         for m in self.policies.modules():
@@ -264,67 +149,8 @@ class Trainer:
         return episodes, group_of
 
     def update(self, policy: Policy, rows: list[Row]) -> dict[str, dict[str, float]]:
-        """One optimizer step of `policy` on its own rows; returns per-role metrics."""
-        stats: dict[str, dict[str, float]] = {}
-        if not rows:
-            return stats
-        model = self.policies.model(policy.name)
-        model.train()
-        recorder = self.recorders[policy.name]
-        recorder.reset()
-        totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
-                             max_completion_length=self.t["max_completion_length"])
-        eps_low, eps_high = self.t["epsilon"], self.t.get("epsilon_high") or self.t["epsilon"]
-        beta, finite = self.t["beta"], True
-        batches = micro_batches(rows, self.t["micro_batch_tokens"])
-        old_logps = None
-        if self.t["num_iterations"] > 1:  # the sampling policy's log-probs, before any update
-            with torch.no_grad():
-                old_logps = [self._logps(model, b)[0] for b in batches]
-        for _ in range(self.t["num_iterations"]):
-            policy.optimizer.zero_grad(set_to_none=True)
-            recorder.reset()
-            for bi, batch in enumerate(batches):
-                role = batch[0].role
-                s = stats.setdefault(role, {"loss": 0.0, "entropy": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0})
-                recorder.role = role
-                logps, entropy, cmask = self._logps(model, batch, with_entropy=True)
-                old = old_logps[bi] if old_logps is not None else logps.detach()
-                ref = None
-                if beta > 0:
-                    ref_model, ctx = self.policies.reference_logps_context(policy.name)
-                    with ctx, torch.no_grad():
-                        ref = self._logps(ref_model, batch)[0]
-                    self.policies.model(policy.name)
-                adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=self.device)
-                token = grpo_token_loss(logps, old, adv, eps_low, eps_high, beta, ref,
-                                        self.t.get("use_bias_correction_kl", True))
-                loss = LOSS_AGGREGATIONS[self.t["loss_type"]](token.loss, cmask, totals)
-                finite &= bool(torch.isfinite(loss))
-                loss.backward()
-                n_tok = float(cmask.sum())
-                s["loss"] += float(loss.detach())
-                s["entropy"] += float((entropy * cmask).sum())
-                s["kl"] += float((token.kl * cmask).sum()) if token.kl is not None else float("nan")
-                s["clipped"] += float((token.clipped.float() * cmask).sum())
-                s["tokens"] += n_tok
-            grad_metrics = recorder.metrics()
-            total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t["max_grad_norm"])
-            finite &= bool(torch.isfinite(total_norm))
-            if finite:
-                policy.optimizer.step()
-            policy.optimizer.zero_grad(set_to_none=True)
-            policy.scheduler.step()
-        for role, s in stats.items():
-            s.update(grad_metrics.get(role, {}))
-            s["skipped"] = not finite
-        return stats
-
-    def _logps(self, model, batch: list[Row], with_entropy: bool = False):
-        ids, attn, cmask = collate(batch, self.tokenizer.pad_token_id)
-        ids, attn, cmask = ids.to(self.device), attn.to(self.device), cmask.to(self.device)
-        logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], self.t["temperature"], with_entropy)
-        return logps, entropy, cmask
+        """One optimizer step of `policy` on its own rows; returns per-role metrics (update.py)."""
+        return self.updater.update(policy, rows)
 
     def train_step(self, step: int) -> None:
         t0 = time.time()
@@ -362,7 +188,7 @@ class Trainer:
             m.eval()
         for split, problems in self.eval_splits.items():
             t0 = time.time()
-            torch.manual_seed(step_seed(self.cfg["seed"], step, salt=2))
+            torch.manual_seed(step_seed(self.settings.seed, step, salt=2))
             episodes = self.workflow.run(problems, self.eval_generate)
             score_episodes(self.workflow, episodes)
             row = {"step": step, "split": split, "n": len(episodes),
@@ -370,8 +196,8 @@ class Trainer:
                    "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
                    **self.workflow.diagnostics(episodes), "time_s": time.time() - t0}
             self.eval_rows.append(row)
-            keep = random.Random(step_seed(self.cfg["seed"], step, salt=3)).sample(
-                range(len(episodes)), min(self.t["samples_per_eval"], len(episodes)))
+            keep = random.Random(step_seed(self.settings.seed, step, salt=3)).sample(
+                range(len(episodes)), min(self.t.samples_per_eval, len(episodes)))
             for e in sorted(keep):
                 ep = episodes[e]
                 for k, turn in enumerate(ep.turns):
@@ -388,7 +214,7 @@ class Trainer:
         When `stop` is set (the job was signalled: SLURM timeout or preemption), the loop
         checkpoints at the end of the current step and returns None; the requeued job resumes there.
         """
-        max_steps, t_start = self.t["max_steps"], time.time()
+        max_steps, t_start = self.t.max_steps, time.time()
         start = self.resume()
         self.write_progress(start, "started")
         if start == 0:
@@ -400,10 +226,10 @@ class Trainer:
             self.train_step(step)
             pause_for_tests("step")
             self.check_skipped(step)
-            if is_eval_step(step, self.t):
+            if self.t.is_eval_step(step):
                 self.evaluate(step)
             stopping = stop is not None and stop.is_set() and step < max_steps
-            if step % self.t["save_every"] == 0 or step == max_steps or stopping:
+            if step % self.t.save_every == 0 or step == max_steps or stopping:
                 self.checkpoint(step)
             self.write_progress(step, "training")
             if stopping:
@@ -422,61 +248,26 @@ class Trainer:
         skipped = sorted({r["step"] for r in self.train_rows if r["skipped"]})
         if skipped and skipped[-1] == step:
             self.log(f"step {step}: non-finite loss or gradient, update skipped ({len(skipped)} so far)")
-        limit = self.t.get("max_skipped", 10)
+        limit = self.t.max_skipped
         if len(skipped) > limit:
-            raise TrainingError(f"run {self.cfg['run']}: {len(skipped)} steps skipped for a non-finite loss or "
+            raise TrainingError(f"run {self.settings.run}: {len(skipped)} steps skipped for a non-finite loss or "
                                 f"gradient (training.max_skipped = {limit}), at steps {skipped}")
 
     def _eval_summary(self) -> str:
         last = self.eval_rows[-len(self.eval_splits):]
         return " ".join(f"{r['split']}={r['accuracy']:.3f}@{r['step']}" for r in last)
-
     def checkpoint(self, step: int) -> None:
-        """Everything a resume needs, under work/checkpoints/step-N: each policy (save_pretrained
-        layout), optimizer, scheduler and RNG states, the config, and the logs so far.
-
-        Written under a temporary name and renamed, so a checkpoint is either whole or absent.
-        """
-        root = self.work / "checkpoints"
-        final = root / f"step-{step:06d}"
-        tmp = root / f".step-{step:06d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.policies.save(str(tmp / "policies"))
-        pause_for_tests("checkpoint")
-        import numpy as np
-
-        torch.save({"step": step, "config_hash": self.cfg["config_hash"],
-                    "params": {p.name: [x.detach().cpu().clone() for x in p.params] for p in self.policies},
-                    "optimizers": {p.name: p.optimizer.state_dict() for p in self.policies},
-                    "schedulers": {p.name: p.scheduler.state_dict() for p in self.policies},
-                    "sampler": self.sampler_state(step),
-                    "rng": {"python": random.getstate(), "numpy": np.random.get_state(),
-                            "torch": torch.get_rng_state()}}, tmp / "state.pt")
-        rundir.write_json_atomic(self.cfg, tmp / rundir.CONFIG_JSON)
-        self.write_logs(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in sorted(root.glob("step-*"))[: -self.t["keep_last"]]:
-            # renamed first, so a kill during the delete never leaves a partial step-* behind
-            doomed = root / f".{old.name}.deleting"
-            os.replace(old, doomed)
-            shutil.rmtree(doomed)
+        """Everything a resume needs under work/checkpoints/step-N (checkpoint.py), whole or absent."""
+        save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step), self.write_logs,
+                        self.t.keep_last)
 
     def sampler_state(self, step: int) -> dict[str, int]:
-        """Where the data sampler stands after `step`: the next prompt's position in the epoch order.
-
-        The order of each epoch is a seeded permutation (prompts_for_step), so this position
-        is all a resume needs; it is stored to check that it agrees with the config.
-        """
-        position = step * self.t["prompts_per_step"]
-        epoch, index = divmod(position, len(self.train_problems))
-        return {"next_step": step + 1, "position": position, "epoch": epoch, "index": index,
-                "n_problems": len(self.train_problems)}
+        """Where the data sampler stands after `step` (checkpoint.sampler_state)."""
+        return sampler_state(step, self.t.prompts_per_step, len(self.train_problems))
 
     def write_progress(self, step: int, phase: str) -> None:
         """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
-        rundir.write_json_atomic({"run": self.cfg["run"], "step": step, "max_steps": self.t["max_steps"],
+        rundir.write_json_atomic({"run": self.settings.run, "step": step, "max_steps": self.t.max_steps,
                                   "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                                  self.work / rundir.PROGRESS_JSON)
@@ -486,42 +277,9 @@ class Trainer:
 
         Refuses a checkpoint written under another config, naming the keys that changed.
         """
-        root = self.work / "checkpoints"
-        for stale in root.glob(".step-*"):  # a checkpoint write or delete that was killed
-            self.log(f"removing incomplete checkpoint {stale}")
-            shutil.rmtree(stale)
-        ckpts = sorted(root.glob("step-*"))
-        if not ckpts:
-            return 0
-        latest = ckpts[-1]
-        old_cfg = json.loads((latest / rundir.CONFIG_JSON).read_text())
-        if old_cfg["config_hash"] != self.cfg["config_hash"]:
-            raise ResumeError(
-                f"run {self.cfg['run']}: its checkpoint {latest} was written under another config; changed: "
-                f"{', '.join(changed_keys(old_cfg, self.cfg)) or '(base model)'}. Restore the config, or start the "
-                f"run afresh: delete {self.work / 'checkpoints'} (or `python -m trainer launch ... --restart`)")
-        state = torch.load(latest / "state.pt", weights_only=False)
-        with torch.no_grad():
-            for p in self.policies:
-                for x, saved in zip(p.params, state["params"][p.name]):
-                    x.copy_(saved)
-                p.optimizer.load_state_dict(state["optimizers"][p.name])
-                p.scheduler.load_state_dict(state["schedulers"][p.name])
-        import numpy as np
-
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
-        step = int(state["step"])
-        if state.get("sampler") not in (None, self.sampler_state(step)):
-            raise ResumeError(f"run {self.cfg['run']}: {latest / 'state.pt'}: sampler position "
-                              f"{state['sampler']} does not match training.prompts_per_step and the train data "
-                              f"({self.sampler_state(step)}); restart the run")
-        read = lambda name: pd.read_parquet(latest / name).to_dict("records")  # noqa: E731
-        self.train_rows = [r for r in read(rundir.TRAIN_PARQUET) if r["step"] <= step]
-        self.eval_rows = [r for r in read(rundir.EVAL_PARQUET) if r["step"] <= step]
-        self.sample_rows = [r for r in read(rundir.SAMPLES_PARQUET) if r["step"] <= step]
-        self.log(f"resumed from {latest.name}")
+        step, logs = load_checkpoint(self.work, self.cfg, self.policies, self.sampler_state, self.log)
+        if step:
+            self.train_rows, self.eval_rows, self.sample_rows = logs["train"], logs["eval"], logs["samples"]
         return step
 
     def write_logs(self, directory: Path) -> None:
@@ -534,8 +292,8 @@ class Trainer:
         """The run's logs into its directory, each atomically, and done.json last."""
         self.write_logs(self.run_dir)
         pause_for_tests("publish")
-        done = {"run": self.cfg["run"], "steps_done": steps_done, "steps_expected": self.t["max_steps"],
-                "config_hash": self.cfg["config_hash"], "wall_time_s": wall_time_s,
+        done = {"run": self.settings.run, "steps_done": steps_done, "steps_expected": self.t.max_steps,
+                "config_hash": self.settings.config_hash, "wall_time_s": wall_time_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         rundir.write_json_atomic(done, self.run_dir / rundir.DONE_JSON)
         self.write_progress(steps_done, "done")
@@ -558,13 +316,13 @@ def run_training(run_dir: str | Path, restart: bool = False,
     with hold_run_lock(work):
         remove_stale_temporaries(run_dir)
         if restart:
-            shutil.rmtree(work / "checkpoints", ignore_errors=True)
+            shutil.rmtree(work / rundir.CHECKPOINTS_DIR, ignore_errors=True)
         (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
         cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
         done_path = run_dir / rundir.DONE_JSON
         if done_path.exists():
             done = json.loads(done_path.read_text())
-            if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
+            if rundir.run_is_done(done, cfg):
                 return done
         try:
             return Trainer(cfg, run_dir).fit(stop)

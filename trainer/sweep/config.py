@@ -11,6 +11,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from trainer import settings
+from trainer.sweep import rundir
 from trainer.sweep.runid import RunId
 
 # Sections that decide what a run computes; launcher and resources only decide where it runs,
@@ -20,6 +22,9 @@ HASHED_KEYS = ("run", "workflow", "task", "scale", "policy", "seed", "model", "w
 
 
 UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ between identical builds
+
+
+DEFAULT_DTYPE = settings.default_of(settings.ModelSettings, "dtype")  # a scale without `dtype`
 
 
 class ConfigError(ValueError):
@@ -59,6 +64,9 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> None:
                     lines.append(f"{where}: unknown key{hint}")
             elif e.validator == "propertyNames":
                 lines.append(f"{_key_path(e)}: unknown name {e.instance!r}: {e.message}")
+            elif "propertyNames" in e.schema_path:  # a field another source type takes (source_fields)
+                where = f"{_key_path(e)}.{e.instance}" if e.absolute_path else e.instance
+                lines.append(f"{where}: not a field of this source type (its fields: {', '.join(e.validator_value)})")
             else:
                 lines.append(f"{_key_path(e)}: {e.message}")
         raise ConfigError("invalid config:\n  " + "\n  ".join(dict.fromkeys(lines)))
@@ -108,6 +116,11 @@ def _check_references(config: dict[str, Any]) -> None:
         if m.get("single_baseline") and "single" not in config["workflows"]:
             problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
     runs = {str(r) for r in expand_matrix(config)} if not problems else set()
+    if not problems and not runs:
+        problems.append(f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, "
+                        f"or single_baseline: true)")
+    if not problems:
+        problems += _policy_group_problems(config)
     for name in restart_selection(config):
         if name != "all" and runs and name not in runs:
             problems.append(f"restart: {name!r} is not a run of matrix {config['matrix']!r} (a run id, or `all`)")
@@ -117,6 +130,27 @@ def _check_references(config: dict[str, Any]) -> None:
             problems.append(f"overrides[{i}].match.scale: unknown scale {scale!r}")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _policy_group_problems(config: dict[str, Any]) -> list[str]:
+    """Each run's training.policy_groups, where set, must route every role of its workflow once."""
+    from trainer.workflows import WORKFLOWS  # the roles live with the workflows
+
+    problems = []
+    for run in expand_matrix(config):
+        groups = resolve_run_config(config, run)["training"].get("policy_groups")
+        if not groups:
+            continue
+        roles = WORKFLOWS[run.workflow].roles
+        listed = [r for members in groups.values() for r in members]
+        missing = [r for r in roles if r not in listed]
+        unknown = [r for r in listed if r not in roles]
+        twice = sorted({r for r in listed if listed.count(r) > 1})
+        if missing or unknown or twice:
+            problems.append(f"training.policy_groups: {groups} must name every role of workflow "
+                            f"{run.workflow!r} ({', '.join(roles)}) once; missing {missing}, unknown {unknown}, "
+                            f"twice {twice}")
+    return list(dict.fromkeys(problems))
 
 
 def restart_selection(config: dict[str, Any]) -> list[str]:
@@ -175,22 +209,18 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
             tasks.setdefault(name, {}).update(copy.deepcopy(entry))
     task = tasks[run.task]
     if training.get("max_completion_length") is None:
-        training["max_completion_length"] = task.get("max_completion_length", 512)
+        training["max_completion_length"] = task.get("max_completion_length",
+                                                     settings.default_of(settings.TaskSettings, "max_completion_length"))
     return {
         "run": str(run),
         **run.axes(),
-        "model": {"name": scale["model"], "dtype": scale.get("dtype", "float32"), "tiny": scale.get("tiny")},
+        "model": {"name": scale["model"], "dtype": scale.get("dtype", DEFAULT_DTYPE), "tiny": scale.get("tiny")},
         "workflow_params": workflows.get(run.workflow, {}),
         "task_params": task,
         "training": training,
         "resources": resources,
         "launcher": copy.deepcopy(config["launcher"]),
     }
-
-
-def is_eval_step(step: int, training: dict[str, Any]) -> bool:
-    """Whether a run evaluates after `step` (0: the base model): every `eval_every` steps and at the last."""
-    return step % training["eval_every"] == 0 or step == training["max_steps"]
 
 
 def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
@@ -216,10 +246,31 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return diff(hashed_view(old), hashed_view(new), "")
 
 
+def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint under work/ and the run config it was written under, if any."""
+    ckpts = rundir.checkpoints(work)
+    if not ckpts:
+        return None
+    return ckpts[-1], json.loads((ckpts[-1] / rundir.CONFIG_JSON).read_text())
+
+
+def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
+    """Why the run cannot resume under `cfg` (its newest checkpoint has another config hash), or None.
+
+    The one check, for the launcher (before it submits) and the trainer (before it loads a checkpoint).
+    """
+    found = checkpoint_config(work)
+    if found is None or found[1]["config_hash"] == cfg["config_hash"]:
+        return None
+    path, old = found
+    keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
+    return f"its checkpoint {path} was written under another config; changed: {keys}"
+
+
 def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:
     """What the base_model step of one scale needs: the model entry and, for `tiny`, the tasks to warm up on."""
     entry = config["scales"][scale]
-    spec = {"scale": scale, "model": entry["model"], "dtype": entry.get("dtype", "float32"),
+    spec = {"scale": scale, "model": entry["model"], "dtype": entry.get("dtype", DEFAULT_DTYPE),
             "tiny": entry.get("tiny"), "tasks": {}}
     if entry["model"] == "tiny":
         for task in tasks:

@@ -36,8 +36,9 @@ from typing import Any, Iterator
 import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from trainer.settings import LauncherSettings, ResourceSettings, from_dict
 from trainer.sweep import rundir
-from trainer.sweep.config import changed_keys, config_hash
+from trainer.sweep.config import checkpoint_config, config_hash, resume_conflict
 
 LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
                      "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
@@ -93,7 +94,7 @@ class TrainJob(Checkpointable):
         if thread is not None and thread.is_alive():
             self._stop.set()
             cfg = json.loads((Path(run_dir) / rundir.CONFIG_JSON).read_text())
-            grace = max(1.0, float(cfg["launcher"].get("signal_delay_s", 120)) / 2)
+            grace = max(1.0, float(launcher_settings(cfg).signal_delay_s) / 2)
             print(f"[{cfg['run']}] signalled: stopping at the end of the step (waiting up to {grace:.0f}s)",
                   file=sys.stderr, flush=True)
             thread.join(timeout=grace)
@@ -116,28 +117,10 @@ def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run
     return cfg
 
 
-def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint under work/ and the run config it was written under, if any."""
-    ckpts = sorted((work / "checkpoints").glob("step-*"))
-    if not ckpts:
-        return None
-    return ckpts[-1], json.loads((ckpts[-1] / rundir.CONFIG_JSON).read_text())
-
-
-def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
-    """Why the run cannot resume under `cfg` (its checkpoint has another config hash), or None."""
-    found = checkpoint_config(work)
-    if found is None or found[1]["config_hash"] == cfg["config_hash"]:
-        return None
-    path, old = found
-    keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
-    return f"its checkpoint {path} was written under another config; changed: {keys}"
-
-
 def discard_run_state(run_dir: Path) -> None:
     """Delete what a run computed (checkpoints, progress, failure, published logs); keep the job records."""
     work = run_dir / rundir.WORK_DIR
-    shutil.rmtree(work / "checkpoints", ignore_errors=True)
+    shutil.rmtree(work / rundir.CHECKPOINTS_DIR, ignore_errors=True)
     for path in (work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON, run_dir / rundir.DONE_JSON,
                  run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET, run_dir / rundir.SAMPLES_PARQUET):
         path.unlink(missing_ok=True)
@@ -149,29 +132,35 @@ def job_tag(run: str, run_dir: Path) -> str:
     return f"{run}@{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]}"
 
 
+def launcher_settings(cfg: dict[str, Any]) -> LauncherSettings:
+    """The run config's `launcher` section, typed (its defaults in trainer.settings)."""
+    return from_dict(LauncherSettings, cfg["launcher"], "launcher")
+
+
 def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> submitit.Executor:
     """The submitit executor of the run's backend, with the run's resources."""
-    launcher, res = cfg["launcher"], cfg["resources"]
-    backend = launcher["backend"]
+    launcher = launcher_settings(cfg)
+    res = from_dict(ResourceSettings, cfg["resources"], "resources")
+    backend = launcher.backend
     if backend == "debug":
         return submitit.DebugExecutor(folder=str(folder))
     if backend == "local":
         ex = submitit.LocalExecutor(folder=str(folder))
-        ex.update_parameters(timeout_min=res["time_min"])
+        ex.update_parameters(timeout_min=res.time_min)
         return ex
     if backend == "slurm":
-        ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=launcher.get("max_num_timeout", 3))
-        params: dict[str, Any] = {"job_name": cfg["run"], "time": res["time_min"], "cpus_per_task": res["cpus"],
-                                  "mem": f"{int(res['mem_gb'] * 1024)}M", "ntasks_per_node": 1, "nodes": 1,
-                                  "signal_delay_s": int(launcher.get("signal_delay_s", 120))}
+        ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=launcher.max_num_timeout)
+        params: dict[str, Any] = {"job_name": cfg["run"], "time": res.time_min, "cpus_per_task": res.cpus,
+                                  "mem": f"{int(res.mem_gb * 1024)}M", "ntasks_per_node": 1, "nodes": 1,
+                                  "signal_delay_s": launcher.signal_delay_s}
         if tag:
             params["comment"] = tag
-        if res.get("gpus"):
-            params["gpus_per_node"] = res["gpus"]
+        if res.gpus:
+            params["gpus_per_node"] = res.gpus
         for key in ("partition", "account", "qos"):
-            if launcher.get(key):
-                params[key] = launcher[key]
-        extra = dict(launcher.get("sbatch_extra") or {})
+            if getattr(launcher, key):
+                params[key] = getattr(launcher, key)
+        extra = dict(launcher.sbatch_extra)
         if "comment" in extra:
             raise LaunchError(f"run {cfg['run']}: launcher.sbatch_extra.comment: the launcher sets the job comment "
                               f"itself (it finds a run's live job by it); remove the key")
@@ -334,7 +323,7 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
         cancel_slurm_job(job.job_id)
     if backend != "slurm" and run_busy(work):
         log(cfg, "a local trainer of an earlier launcher still runs this run: waiting for it")
-        return wait_for_local_trainer(work, run_dir, float(cfg["launcher"].get("poll_interval_s", 5)))
+        return wait_for_local_trainer(work, run_dir, launcher_settings(cfg).poll_interval_s)
     conflict = resume_conflict(cfg, work)
     if conflict and not restart:
         raise LaunchError(f"run {cfg['run']}: cannot resume: {conflict}. Restore the config, or {RESTART_HINT}")
@@ -370,7 +359,7 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
         return job
     try:
         if backend != "debug":
-            wait_and_stream(job, float(cfg["launcher"].get("poll_interval_s", 5)))
+            wait_and_stream(job, launcher_settings(cfg).poll_interval_s)
         result = job.result()
     except LaunchError:
         raise

@@ -25,6 +25,37 @@ WORK_DIR = "work"
 PROGRESS_JSON = "progress.json"
 FAILURE_JSON = "failure.json"
 TRAIN_LOCK = "train.lock"
+# The checkpoint layout, under work/: checkpoints/step-NNNNNN/{state.pt, policies/, config.json, the logs so
+# far}; written as checkpoints/.step-NNNNNN.tmp and renamed, deleted by renaming to .step-NNNNNN.deleting.
+CHECKPOINTS_DIR = "checkpoints"
+STATE_PT = "state.pt"
+POLICIES_DIR = "policies"
+
+
+def checkpoint_dir(work: Path, step: int) -> Path:
+    """work/checkpoints/step-NNNNNN: the whole checkpoint after `step`."""
+    return work / CHECKPOINTS_DIR / f"step-{step:06d}"
+
+
+def checkpoint_tmp_dir(work: Path, step: int) -> Path:
+    """The name a checkpoint is written under before its rename (a kill leaves only this behind)."""
+    return work / CHECKPOINTS_DIR / f".step-{step:06d}.tmp"
+
+
+def checkpoints(work: Path) -> list[Path]:
+    """The whole checkpoints under work/, oldest first."""
+    return sorted((work / CHECKPOINTS_DIR).glob("step-*"))
+
+
+def incomplete_checkpoints(work: Path) -> list[Path]:
+    """Checkpoints a killed write or delete left half-done (`.step-*`)."""
+    return sorted((work / CHECKPOINTS_DIR).glob(".step-*"))
+
+
+def run_is_done(done: dict[str, Any] | None, config: dict[str, Any] | None) -> bool:
+    """Whether done.json says the run finished every step under config.json's config (same hash)."""
+    return bool(done and config and done.get("config_hash") == config["config_hash"]
+                and done.get("steps_done") == config["training"]["max_steps"])
 
 # One row per (step, role). grad_* are this role's contribution to its policy's gradient, pre-clip.
 TRAIN_SCHEMA = pa.schema([

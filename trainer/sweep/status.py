@@ -95,7 +95,7 @@ def run_status(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunSta
         return RunStatus(run, "not started")
     max_steps = config["training"]["max_steps"] if config else None
     done = read_json(run_dir / rundir.DONE_JSON)
-    if done and config and done.get("config_hash") == config["config_hash"] and done.get("steps_done") == max_steps:
+    if rundir.run_is_done(done, config):
         return RunStatus(run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps,
                          max_steps=max_steps)
     job = read_json(work / JOB_JSON)

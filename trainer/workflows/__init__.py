@@ -16,7 +16,7 @@ from typing import Any, Callable, ClassVar
 
 import yaml
 
-from trainer.sweep.config import is_eval_step
+from trainer.settings import is_eval_step
 from trainer.tasks import Problem, Score, Task
 
 
@@ -418,7 +418,7 @@ def run_turns(run_config: dict[str, Any]) -> int:
     """
     t = run_config["training"]
     train = t["max_steps"] * t["prompts_per_step"] * t["num_generations"]
-    evals = sum(is_eval_step(step, t) for step in range(t["max_steps"] + 1))
+    evals = sum(is_eval_step(step, t["eval_every"], t["max_steps"]) for step in range(t["max_steps"] + 1))
     per_eval = sum(min(spec.get("size", t["eval_problems"]), t["eval_problems"])  # real eval sets: no `size`
                    for spec in run_config["task_params"]["eval"])
     return WORKFLOWS[run_config["workflow"]].max_turns(run_config["workflow_params"]) * (train + evals * per_eval)

@@ -1,0 +1,178 @@
+"""The policy update: one optimizer step of a policy on its own rows, and each role's share of its gradient.
+
+Rows are grouped by role into micro-batches (so a leaf hook can attribute each backward pass's
+gradient to one role), the GRPO token loss of grpo.py is aggregated by `loss_type`, gradients are
+clipped per policy, and a step with a non-finite loss or gradient is skipped (its rows still
+count in the logs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
+from trainer.rl.policies import Policy, PolicySet
+from trainer.settings import TrainingSettings
+
+
+@dataclass
+class Row:
+    """One turn as a training sample of its policy."""
+
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    reward: float
+
+
+class GradientRecorder:
+    """Each role's share of a policy's gradient, from leaf hooks on role-grouped micro-batches.
+
+    The backward pass of a micro-batch that holds one role's rows delivers exactly that role's
+    gradient to each parameter's hook, so no extra backward pass is needed.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        self.role: str | None = None
+        self.grads: dict[str, list[torch.Tensor | None]] = {}
+        self.handles = [p.register_hook(self._hook(i, len(params))) for i, p in enumerate(params)]
+
+    def _hook(self, i: int, n: int):
+        def hook(grad: torch.Tensor) -> None:
+            buf = self.grads.setdefault(self.role, [None] * n)
+            buf[i] = grad.detach().float().clone() if buf[i] is None else buf[i] + grad.detach().float()
+        return hook
+
+    def reset(self) -> None:
+        self.grads = {}
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """Per role: norm of its gradient, its share of the summed squared norms, cosine with the others'."""
+        flat = {r: torch.cat([g.flatten() for g in gs if g is not None]) if any(g is not None for g in gs)
+                else None for r, gs in self.grads.items()}
+        flat = {r: v for r, v in flat.items() if v is not None}
+        sq = {r: float(v.pow(2).sum()) for r, v in flat.items()}
+        total_sq = sum(sq.values())
+        total = sum(flat.values()) if flat else None
+        out = {}
+        for r, v in flat.items():
+            others = total - v
+            denom = float(v.norm() * others.norm())
+            out[r] = {"grad_norm": math.sqrt(sq[r]),
+                      "grad_sq_share": sq[r] / total_sq if total_sq > 0 else float("nan"),
+                      "grad_cos_others": float(v @ others) / denom if len(flat) > 1 and denom > 0 else float("nan")}
+        return out
+
+
+def micro_batches(rows: list[Row], token_budget: int) -> list[list[Row]]:
+    """Rows grouped by role (so gradients can be attributed), chunked so rows x width <= budget."""
+    batches = []
+    for role in dict.fromkeys(r.role for r in rows):
+        current: list[Row] = []
+        for row in (r for r in rows if r.role == role):
+            width = max([len(x.prompt_ids) + len(x.completion_ids) for x in current + [row]])
+            if current and width * (len(current) + 1) > token_budget:
+                batches.append(current)
+                current = []
+            current.append(row)
+        if current:
+            batches.append(current)
+    return batches
+
+
+def collate(rows: list[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded prompts followed by right-padded completions: (input_ids, attention_mask, completion_mask)."""
+    p_len = max(len(r.prompt_ids) for r in rows)
+    c_len = max(len(r.completion_ids) for r in rows)
+    ids = torch.full((len(rows), p_len + c_len), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    cmask = torch.zeros((len(rows), c_len), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        p, c = len(r.prompt_ids), len(r.completion_ids)
+        ids[i, p_len - p:p_len] = torch.tensor(r.prompt_ids)
+        ids[i, p_len:p_len + c] = torch.tensor(r.completion_ids)
+        attn[i, p_len - p:p_len + c] = 1
+        cmask[i, :c] = 1
+    return ids, attn, cmask
+
+
+STAT_KEYS = ("loss", "entropy", "kl", "clipped", "tokens")
+
+
+class PolicyUpdater:
+    """Updates the policies of a PolicySet, one at a time, recording each role's gradient."""
+
+    def __init__(self, policies: PolicySet, training: TrainingSettings, pad_id: int, device: str):
+        self.policies, self.t, self.pad_id, self.device = policies, training, pad_id, device
+        self.recorders = {p.name: GradientRecorder(p.params) for p in policies}
+
+    def logps(self, model: torch.nn.Module, batch: list[Row], with_entropy: bool = False):
+        """(per-token log-probs, entropies or None, completion mask) of a micro-batch."""
+        ids, attn, cmask = collate(batch, self.pad_id)
+        ids, attn, cmask = ids.to(self.device), attn.to(self.device), cmask.to(self.device)
+        logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], self.t.temperature, with_entropy)
+        return logps, entropy, cmask
+
+    def update(self, policy: Policy, rows: list[Row]) -> dict[str, dict[str, float]]:
+        """One optimizer step of `policy` on its own rows (num_iterations passes); returns per-role metrics."""
+        stats: dict[str, dict[str, float]] = {}
+        if not rows:
+            return stats
+        model = self.policies.model(policy.name)
+        model.train()
+        recorder = self.recorders[policy.name]
+        recorder.reset()
+        totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
+                             max_completion_length=self.t.max_completion_length)
+        batches = micro_batches(rows, self.t.micro_batch_tokens)
+        old_logps = None
+        if self.t.num_iterations > 1:  # the sampling policy's log-probs, before any update
+            with torch.no_grad():
+                old_logps = [self.logps(model, b)[0] for b in batches]
+        finite, grad_metrics = True, {}
+        for _ in range(self.t.num_iterations):
+            policy.optimizer.zero_grad(set_to_none=True)
+            recorder.reset()
+            for bi, batch in enumerate(batches):
+                s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
+                recorder.role = batch[0].role
+                finite &= self._backward(policy, model, batch, old_logps[bi] if old_logps else None, totals, s)
+            grad_metrics = recorder.metrics()
+            total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t.max_grad_norm)
+            finite &= bool(torch.isfinite(total_norm))
+            if finite:
+                policy.optimizer.step()
+            policy.optimizer.zero_grad(set_to_none=True)
+            policy.scheduler.step()
+        for role, s in stats.items():
+            s.update(grad_metrics.get(role, {}))
+            s["skipped"] = not finite
+        return stats
+
+    def _backward(self, policy: Policy, model: torch.nn.Module, batch: list[Row], old: torch.Tensor | None,
+                  totals: BatchTotals, s: dict[str, float]) -> bool:
+        """Loss and backward of one micro-batch, its sums added to `s`; whether the loss is finite."""
+        logps, entropy, cmask = self.logps(model, batch, with_entropy=True)
+        old = old if old is not None else logps.detach()
+        ref = None
+        if self.t.beta > 0:
+            ref_model, ctx = self.policies.reference_logps_context(policy.name)
+            with ctx, torch.no_grad():
+                ref = self.logps(ref_model, batch)[0]
+            self.policies.model(policy.name)
+        adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=self.device)
+        token = grpo_token_loss(logps, old, adv, self.t.epsilon, self.t.clip_high, self.t.beta, ref,
+                                self.t.use_bias_correction_kl)
+        loss = LOSS_AGGREGATIONS[self.t.loss_type](token.loss, cmask, totals)
+        finite = bool(torch.isfinite(loss))
+        loss.backward()
+        s["loss"] += float(loss.detach())
+        s["entropy"] += float((entropy * cmask).sum())
+        s["kl"] += float((token.kl * cmask).sum()) if token.kl is not None else float("nan")
+        s["clipped"] += float((token.clipped.float() * cmask).sum())
+        s["tokens"] += float(cmask.sum())
+        return finite

