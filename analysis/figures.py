@@ -6,6 +6,7 @@ matrix with no analysed run are drawn as labelled "missing" gaps.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 import time
@@ -22,7 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from analysis.names import FIGURE_FORMATS, GROUP_ROLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER  # noqa: E402
+from analysis.names import FIGURE_FORMATS, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER, ordered  # noqa: E402
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
 
 POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
@@ -30,6 +31,7 @@ POLICY_ORDER = ["shared", "isolated"]
 SCALE_MARKERS = ["o", "s", "^", "D", "v", "P"]
 ROLE_COLOURS = {"generator": "#2ca02c", "evaluator": "#9467bd", "aggregator": "#ff7f0e", "orchestrator": "#8c564b",
                 "worker": "#17becf", "synthesizer": "#e377c2"}
+OTHER_ROLE_COLOURS = ["#bcbd22", "#7f7f7f", "#393b79", "#ad494a", "#637939", "#8c6d31"]  # roles of other workflows
 MISSING = dict(ha="center", va="center", color="0.45", fontsize=8, style="italic")
 
 
@@ -66,7 +68,7 @@ def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
     grid = expected if expected is not None and len(expected) else summary
     has = len(grid) > 0
     present = set(grid["workflow"]) if has else set()
-    return Grid(workflows=[w for w in WORKFLOW_ORDER if w in present] or ["single"],
+    return Grid(workflows=ordered(present, WORKFLOW_ORDER) or ["single"],
                 tasks=sorted(set(grid["task"])) if has else ["math"],
                 scales=sorted(set(grid["scale"])) if has else [],
                 policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER)
@@ -96,6 +98,14 @@ def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
 
 def _wf(w: str) -> str:
     return WORKFLOW_NAMES.get(w, w)
+
+
+def role_colour(role: str) -> str:
+    """The role's colour in every figure; a role of a workflow added since gets one of OTHER_ROLE_COLOURS,
+    the same for the same name (a stable hash of it, not Python's salted one)."""
+    if role in ROLE_COLOURS:
+        return ROLE_COLOURS[role]
+    return OTHER_ROLE_COLOURS[int(hashlib.sha1(role.encode()).hexdigest(), 16) % len(OTHER_ROLE_COLOURS)]
 
 
 def _legend_handles(grid: Grid, policies: list[str] | None = None, lines: bool = False) -> list[Line2D]:
@@ -315,7 +325,7 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
 
 def _roles(df: pd.DataFrame) -> list[str]:
     present = set(df["role"]) if len(df) else set()
-    return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
+    return ordered(present, ROLE_ORDER)
 
 
 def _log_y(ax: plt.Axes) -> None:
@@ -337,6 +347,12 @@ def _binned_mean(g: pd.DataFrame, value: str, bins: int = 50) -> pd.Series:
     return g.groupby(b)[value].mean()
 
 
+def _group_role(amp: pd.DataFrame) -> str | None:
+    """The role with parallel agents in a workflow's amplification rows (from its runs' config.json), or None."""
+    group = amp[amp["group_role"].astype(bool)]["role"] if len(amp) else []
+    return str(group.iloc[0]) if len(group) else None
+
+
 # 5 -------------------------------------------------------------------------------------------------------------
 def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
     """Top: per-role gradient norm over training under Isolated (mean over runs, log scale if wide), one panel per workflow.
@@ -352,7 +368,7 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
             ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
         for role in _roles(g):
             m = _binned_mean(_sel(g, role=role).dropna(subset=["grad_norm"]), "grad_norm")
-            ax.plot(m.index, m.values, color=ROLE_COLOURS.get(role, "0.3"), lw=1.3, label=role)
+            ax.plot(m.index, m.values, color=role_colour(role), lw=1.3, label=role)
         lo, hi = ax.get_ylim()
         if len(g) and lo > 0 and hi / lo > 2:  # log only where it spreads the lines; narrow ranges stay linear
             _log_y(ax)
@@ -366,8 +382,8 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
 
         ax = axes[1][i]
         amp = _sel(data.amplification, workflow=wf)
-        group = GROUP_ROLES.get(wf, (None, None))[0]
-        if group is None:
+        group = _group_role(amp)
+        if group is None and len(amp):
             ax.text(0.5, 0.5, f"{_wf(wf)}:\nno parallel same-role agents", transform=ax.transAxes, **MISSING)
             ax.set_axis_off()
             continue
@@ -392,7 +408,7 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
             ax.set_title(f"{_wf(wf)}: {group}s vs parallel agents", fontsize=9)
             ax.legend(handles=_legend_handles(grid), fontsize=6, loc="upper left")
         ax.set_xlabel("parallel agents per prompt")
-        if i == 0 or GROUP_ROLES.get(wfs[i - 1]) is None:
+        if i == 0 or not axes[1][i - 1].axison:
             ax.set_ylabel("amplification\n(norm / single-agent roles')")
         ax.grid(alpha=0.3)
     fig.suptitle("Role-level gradients under Isolated-Policy; amplification of parallel agents", fontsize=10)
@@ -440,12 +456,12 @@ def shared_capture(data: Data, grid: Grid) -> plt.Figure:
             lines = {role: _binned_mean(_sel(g, role=role).dropna(subset=["grad_sq_share"]), "grad_sq_share")
                      for role in roles}
             frame = pd.DataFrame(lines).sort_index().fillna(0.0)
-            ax.stackplot(frame.index, frame.T.values, colors=[ROLE_COLOURS.get(x, "0.5") for x in roles], alpha=0.85)
+            ax.stackplot(frame.index, frame.T.values, colors=[role_colour(x) for x in roles], alpha=0.85)
             ax.axhline(data.capture_share, color="black", lw=0.7, ls=":")
             ax.text(0.02, 0.96, label, fontsize=6.5, ha="left", va="top", transform=ax.transAxes,
                     bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5))
             ax.margins(x=0)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=ROLE_COLOURS.get(x, "0.5"), label=x) for x in all_roles]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=role_colour(x), label=x) for x in all_roles]
     handles += [Line2D([], [], color="black", ls="--", label="median capture step"),
                 Line2D([], [], color="black", ls=":", lw=0.7, label=f"capture share {data.capture_share:g}")]
     fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)

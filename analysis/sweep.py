@@ -40,7 +40,7 @@ def analyse_run(logs: RunLogs, analysis: dict[str, Any]) -> dict[str, pd.DataFra
         row["signatures"] = ", ".join(sorted(set(
             sigs[~sigs["at_base"] & (sigs["split"].isna() | (sigs["split"] == row["split"]))]["signature"])))
     grads = gradients.role_steps(logs.train).assign(**axes)
-    amp = gradients.amplification(logs.train, cfg["workflow"], cfg.get("workflow_params", {})).assign(**axes)
+    amp = gradients.amplification(logs.train, logs.roles.parallel_role, logs.roles.parallel_agents).assign(**axes)
     curves = logs.evals.assign(**axes, primary=logs.evals["split"] == main)
     return {"runs": pd.DataFrame(rows), "curves": curves, "gradients": grads, "amplification": amp,
             "signatures": sigs.assign(**axes)}

@@ -107,6 +107,7 @@ def _check_references(config: dict[str, Any]) -> None:
                     problems.append(f"matrices.{name}.{axis}: {value!r} has no entry in `{section}`")
         if m.get("single_baseline") and "single" not in config["workflows"]:
             problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
+    problems += _workflow_problems(config)
     runs = {str(r) for r in expand_matrix(config)} if not problems else set()
     for name in restart_selection(config):
         if name != "all" and runs and name not in runs:
@@ -115,8 +116,25 @@ def _check_references(config: dict[str, Any]) -> None:
         scale = o["match"].get("scale")
         if scale is not None and scale not in config["scales"]:
             problems.append(f"overrides[{i}].match.scale: unknown scale {scale!r}")
+        for key, names in (("match.workflow", [o["match"].get("workflow")]), ("workflows", o.get("workflows", {}))):
+            for name in names:
+                if name is not None and name not in config["workflows"]:
+                    problems.append(f"overrides[{i}].{key}: {name!r} has no entry in `workflows`")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _workflow_problems(config: dict[str, Any]) -> list[str]:
+    """Each `workflows` key must name a registered workflow (importing its `module`, where given, registers it)."""
+    from trainer.workflows import workflow_class  # lazily: the workflows import this module (the eval schedule)
+
+    problems = []
+    for name, params in config["workflows"].items():
+        try:
+            workflow_class(name, params)
+        except ValueError as e:
+            problems.append(str(e) if str(e).startswith(f"workflows.{name}") else f"workflows.{name}: {e}")
+    return problems
 
 
 def restart_selection(config: dict[str, Any]) -> list[str]:

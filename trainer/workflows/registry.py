@@ -16,6 +16,7 @@ import re
 from typing import Any, TypeVar
 
 from trainer.sweep.config import is_eval_step
+from trainer.sweep.rundir import roles_entry
 from trainer.sweep.runid import WORKFLOW_NAME
 from trainer.tasks import Task
 from trainer.workflows.base import Workflow
@@ -82,10 +83,7 @@ def role_facts(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """What config.json records of a run's workflow for the analysis: its roles, and the role whose
     agents answer one prompt in parallel with their (nominal) number, or None."""
     cls = workflow_class(name, params)
-    parallel = None
-    if cls.parallel_role is not None:
-        parallel = {"role": cls.parallel_role, "agents": cls.parallel_agents(params)}
-    return {"roles": list(cls.roles), "parallel_role": parallel}
+    return roles_entry(cls.roles, cls.parallel_role, cls.parallel_agents(params))
 
 
 def run_turns(run_config: dict[str, Any]) -> int:
