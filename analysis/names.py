@@ -38,6 +38,7 @@ WORKFLOW_NAMES = {"single": "Single agent", "eval_opt": "Evaluator-Optimizer", "
                   "orch_workers": "Orchestrator-Workers"}
 ROLE_ORDER = ["generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer"]
 AXES = ["workflow", "task", "scale", "policy", "seed"]
+CELL = ["workflow", "task", "scale", "policy"]
 
 
 def ordered(names: set[str] | list[str], order: list[str]) -> list[str]:
@@ -50,4 +51,3 @@ def workflow_rank(name: str) -> str:
     """A sort key of a workflow name: WORKFLOW_ORDER's first, then the others by name."""
     rank = WORKFLOW_ORDER.index(name) if name in WORKFLOW_ORDER else len(WORKFLOW_ORDER)
     return f"{rank:03d}:{name}"
-CELL = ["workflow", "task", "scale", "policy"]

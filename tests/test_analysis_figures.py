@@ -87,7 +87,7 @@ def test_a_role_without_any_gradient_draws_an_empty_line():
     """All of a role's grad_sq_share NaN (every group's rewards tied: no gradient) is an empty line, not an error."""
     import matplotlib.pyplot as plt
 
-    from analysis.figures import _binned_mean
+    from analysis.gradient_figures import _binned_mean
 
     empty = _binned_mean(pd.DataFrame({"step": [], "grad_sq_share": []}), "grad_sq_share")
     some = _binned_mean(pd.DataFrame({"step": [1, 2], "grad_sq_share": [0.25, 0.75]}), "grad_sq_share")

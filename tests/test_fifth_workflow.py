@@ -161,17 +161,17 @@ def test_a_fifth_workflow_runs_through_training_and_snakemake_figures(sweep_dir)
 def test_the_figures_lay_out_the_new_workflow_and_its_roles(sweep_dir):
     import matplotlib.pyplot as plt
 
-    from analysis import figures
+    from analysis import figure_data, figures
 
-    data = figures.load(sweep_dir / "results")
-    grid = figures.make_grid(None, data.summary)
+    data = figure_data.load(sweep_dir / "results")
+    grid = figure_data.make_grid(None, data.summary)
     assert grid.workflows == [NAME]
     fig = figures.accuracy_curves(data, grid)
     assert any(NAME in ax.get_title() for ax in fig.axes)
     fig = figures.shared_capture(data, grid)
     labels = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
     assert {"proposer", "verifier"} <= labels
-    assert figures.role_colour("proposer") != figures.role_colour("verifier")
+    assert figure_data.role_colour("proposer") != figure_data.role_colour("verifier")
     plt.close("all")
 
 

@@ -109,7 +109,7 @@ def test_an_old_config_json_of_an_unknown_workflow_is_named():
 
 
 def test_tables_and_figures_place_workflows_they_do_not_list_last():
-    from analysis.figures import make_grid
+    from analysis.figure_data import make_grid
     from analysis.names import workflow_rank
 
     runs = pd.DataFrame({"workflow": ["zeta", "voting", "alpha", "single"], "task": "math", "scale": "tiny",
