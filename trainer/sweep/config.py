@@ -126,7 +126,7 @@ def _check_references(config: dict[str, Any]) -> None:
 
 def _workflow_problems(config: dict[str, Any]) -> list[str]:
     """Each `workflows` key must name a registered workflow (importing its `module`, where given, registers it)."""
-    from trainer.workflows import workflow_class  # lazily: the workflows import this module (the eval schedule)
+    from trainer.workflows import workflow_class  # lazily: only validation needs the workflows' registry
 
     problems = []
     for name, params in config["workflows"].items():

@@ -5,22 +5,24 @@ makes one `generate(role, prompts)` call for all episodes, so the rollout engine
 turns of a stage that use the same policy. Malformed outputs (a verdict, a plan, a choice) take
 a defined fallback recorded in `Episode.info`; they never raise.
 
-Owns: episode types and scoring (`episode`), output parsers (`parsers`), the base class and
-prompt templates (`base`, prompts/*.yaml), the registry (`registry`) and one module per
+Owns: episode types (`episode`), output parsers (`parsers`), the base class, prompt templates
+and scoring (`base`, prompts/*.yaml), the registry (`registry`) and one module per
 workflow (`single`, `eval_opt`, `voting`, `orch_workers`). Adding a workflow is one module with
 a `@register`ed class plus its `workflows:` entry in config.yaml; one outside this package is
-named there by `module:` (see `registry`). May import `trainer.tasks`, `trainer.sweep.runid`
-and `trainer.sweep.config` (the eval schedule); the sweep imports this package only lazily.
+named there by `module:` (see `registry`). May import `trainer.tasks` and the sweep's contract
+modules `trainer.sweep.runid` and `trainer.sweep.rundir`; never `trainer.sweep.config` or the
+rest of the sweep, which imports this package (for names, roles and a run's cost).
 """
 
-from trainer.workflows.base import PARAM_DEFAULTS, Workflow, answer_format, load_prompts, render, workflow_param
-from trainer.workflows.episode import Completion, Episode, GenerateFn, Turn, score_episodes
+from trainer.workflows.base import (PARAM_DEFAULTS, Workflow, answer_format, load_prompts, render, score_episodes,
+                                    workflow_param)
+from trainer.workflows.episode import Completion, Episode, GenerateFn, Turn
 from trainer.workflows.parsers import parse_choice, parse_plan, parse_verdict, strip_verdict
-from trainer.workflows.registry import WORKFLOWS, make_workflow, register, role_facts, run_turns, workflow_class
+from trainer.workflows.registry import WORKFLOWS, make_workflow, register, role_facts, workflow_class
 
 # the built-in workflows register themselves on import
 from trainer.workflows import eval_opt, orch_workers, single, voting  # noqa: E402,F401  isort: skip
 
 __all__ = ["PARAM_DEFAULTS", "WORKFLOWS", "Completion", "Episode", "GenerateFn", "Turn", "Workflow", "answer_format",
            "load_prompts", "make_workflow", "parse_choice", "parse_plan", "parse_verdict", "register", "render",
-           "role_facts", "run_turns", "score_episodes", "strip_verdict", "workflow_class", "workflow_param"]
+           "role_facts", "score_episodes", "strip_verdict", "workflow_class", "workflow_param"]

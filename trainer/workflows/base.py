@@ -1,4 +1,4 @@
-"""The base class every workflow derives from, its parameters and its prompt templates."""
+"""The base class every workflow derives from, its parameters, its prompt templates, and episode scoring."""
 
 from __future__ import annotations
 
@@ -94,3 +94,20 @@ class Workflow:
     def parallel_agents(cls, params: dict[str, Any]) -> int:
         """How many agents of `parallel_role` answer one prompt under `params` (at most); 1 without one."""
         return 1
+
+
+def score_episodes(workflow: Workflow, episodes: list[Episode]) -> None:
+    """Score every answering turn and every final answer in one batch; set Turn.score and Episode.score.
+
+    Identical (problem, text) pairs are scored once: a final answer is always one of the turns'.
+    """
+    pairs = [(ep.problem, t.completion.text) for ep in episodes for t in ep.turns if t.role in workflow.answer_roles]
+    pairs += [(ep.problem, ep.final_text) for ep in episodes]
+    unique = list(dict.fromkeys((p.id, text) for p, text in pairs))
+    by_id = {p.id: p for p, _ in pairs}
+    scores = dict(zip(unique, workflow.task.score_batch([by_id[i] for i, _ in unique], [t for _, t in unique])))
+    for ep in episodes:
+        for t in ep.turns:
+            if t.role in workflow.answer_roles:
+                t.score = scores[(ep.problem.id, t.completion.text)]
+        ep.score = scores[(ep.problem.id, ep.final_text)]

@@ -1,14 +1,11 @@
-"""What a workflow produces: completions, turns and episodes, and how their answers are scored."""
+"""What a workflow produces: completions, turns and episodes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from trainer.tasks import Problem, Score
-
-if TYPE_CHECKING:
-    from trainer.workflows.base import Workflow
 
 
 @dataclass
@@ -50,23 +47,6 @@ class Episode:
 
 # generate(role, prompts) -> one completion per prompt: what a workflow asks of the rollout engine
 GenerateFn = Callable[[str, list[str]], list[Completion]]
-
-
-def score_episodes(workflow: Workflow, episodes: list[Episode]) -> None:
-    """Score every answering turn and every final answer in one batch; set Turn.score and Episode.score.
-
-    Identical (problem, text) pairs are scored once: a final answer is always one of the turns'.
-    """
-    pairs = [(ep.problem, t.completion.text) for ep in episodes for t in ep.turns if t.role in workflow.answer_roles]
-    pairs += [(ep.problem, ep.final_text) for ep in episodes]
-    unique = list(dict.fromkeys((p.id, text) for p, text in pairs))
-    by_id = {p.id: p for p, _ in pairs}
-    scores = dict(zip(unique, workflow.task.score_batch([by_id[i] for i, _ in unique], [t for _, t in unique])))
-    for ep in episodes:
-        for t in ep.turns:
-            if t.role in workflow.answer_roles:
-                t.score = scores[(ep.problem.id, t.completion.text)]
-        ep.score = scores[(ep.problem.id, ep.final_text)]
 
 
 def mean(values: list[float | bool]) -> float:

@@ -1,5 +1,5 @@
-"""The workflows by name: registration, lookup (importing a plugin module named in config), and what
-the sweep asks of a workflow by name (its roles for config.json, its cost for scheduling).
+"""The workflows by name: registration, lookup (importing a plugin module named in config), and the
+roles of a workflow that config.json records.
 
 A workflow defined outside this package is a class decorated with `@register` in any importable
 module, named in config: `workflows: {my_workflow: {module: my_package.my_workflow}}`. Every
@@ -15,7 +15,6 @@ import os
 import re
 from typing import Any, TypeVar
 
-from trainer.sweep.config import is_eval_step
 from trainer.sweep.rundir import roles_entry
 from trainer.sweep.runid import WORKFLOW_NAME
 from trainer.tasks import Task
@@ -84,18 +83,3 @@ def role_facts(name: str, params: dict[str, Any]) -> dict[str, Any]:
     agents answer one prompt in parallel with their (nominal) number, or None."""
     cls = workflow_class(name, params)
     return roles_entry(cls.roles, cls.parallel_role, cls.parallel_agents(params))
-
-
-def run_turns(run_config: dict[str, Any]) -> int:
-    """The most model calls a run makes: turns per episode times its training and eval episodes.
-
-    A cost estimate that needs no model: the train rule's priority, so that the longest runs of
-    a sweep start first and none is left running alone at its end.
-    """
-    t = run_config["training"]
-    train = t["max_steps"] * t["prompts_per_step"] * t["num_generations"]
-    evals = sum(is_eval_step(step, t) for step in range(t["max_steps"] + 1))
-    per_eval = sum(min(spec.get("size", t["eval_problems"]), t["eval_problems"])  # real eval sets: no `size`
-                   for spec in run_config["task_params"]["eval"])
-    cls = workflow_class(run_config["workflow"], run_config["workflow_params"])
-    return cls.max_turns(run_config["workflow_params"]) * (train + evals * per_eval)
