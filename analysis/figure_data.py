@@ -7,6 +7,7 @@ the same in every figure (`legend_handles`).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,13 +19,14 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
-from analysis.names import WORKFLOW_NAMES, WORKFLOW_ORDER  # noqa: E402
+from analysis.names import ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER, ordered  # noqa: E402
 
 POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
 POLICY_ORDER = ["shared", "isolated"]
 SCALE_MARKERS = ["o", "s", "^", "D", "v", "P"]
 ROLE_COLOURS = {"generator": "#2ca02c", "evaluator": "#9467bd", "aggregator": "#ff7f0e", "orchestrator": "#8c564b",
                 "worker": "#17becf", "synthesizer": "#e377c2"}
+OTHER_ROLE_COLOURS = ["#bcbd22", "#7f7f7f", "#393b79", "#ad494a", "#637939", "#8c6d31"]  # roles of other workflows
 MISSING = dict(ha="center", va="center", color="0.45", fontsize=8, style="italic")
 
 
@@ -61,7 +63,7 @@ def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
     grid = expected if expected is not None and len(expected) else summary
     has = len(grid) > 0
     present = set(grid["workflow"]) if has else set()
-    return Grid(workflows=[w for w in WORKFLOW_ORDER if w in present] or ["single"],
+    return Grid(workflows=ordered(present, WORKFLOW_ORDER) or ["single"],
                 tasks=sorted(set(grid["task"])) if has else ["math"],
                 scales=sorted(set(grid["scale"])) if has else [],
                 policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER)
@@ -82,6 +84,19 @@ def load(results: str | Path) -> Data:
 
 def wf_name(w: str) -> str:
     return WORKFLOW_NAMES.get(w, w)
+
+
+def role_colour(role: str) -> str:
+    """The role's colour in every figure; a role of a workflow added since gets one of OTHER_ROLE_COLOURS,
+    the same for the same name (a stable hash of it, not Python's salted one)."""
+    if role in ROLE_COLOURS:
+        return ROLE_COLOURS[role]
+    return OTHER_ROLE_COLOURS[int(hashlib.sha1(role.encode()).hexdigest(), 16) % len(OTHER_ROLE_COLOURS)]
+
+
+def roles_in(df: pd.DataFrame) -> list[str]:
+    """The roles of a table in ROLE_ORDER, then any other workflow's roles by name."""
+    return ordered(set(df["role"]) if len(df) else set(), ROLE_ORDER)
 
 
 def legend_handles(grid: Grid, policies: list[str] | None = None, lines: bool = False) -> list[Line2D]:

@@ -15,18 +15,19 @@ from matplotlib.lines import Line2D  # noqa: E402
 from analysis.figure_data import (  # noqa: E402
     MISSING,
     POLICY_COLOURS,
-    ROLE_COLOURS,
     Data,
     Grid,
     legend_handles,
+    role_colour,
+    roles_in,
     select,
     wf_name,
 )
-from analysis.names import GROUP_ROLES, ROLE_ORDER  # noqa: E402
 
-def _roles(df: pd.DataFrame) -> list[str]:
-    present = set(df["role"]) if len(df) else set()
-    return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
+def _group_role(amp: pd.DataFrame) -> str | None:
+    """The role with parallel agents in a workflow's amplification rows (from its runs' config.json), or None."""
+    group = amp[amp["group_role"].astype(bool)]["role"] if len(amp) else []
+    return str(group.iloc[0]) if len(group) else None
 
 
 def _log_y(ax: plt.Axes) -> None:
@@ -61,9 +62,9 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
         ax.set_title(f"{wf_name(wf)}: grad norm (isolated)", fontsize=9)
         if not len(g):
             ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
-        for role in _roles(g):
+        for role in roles_in(g):
             m = _binned_mean(select(g, role=role).dropna(subset=["grad_norm"]), "grad_norm")
-            ax.plot(m.index, m.values, color=ROLE_COLOURS.get(role, "0.3"), lw=1.3, label=role)
+            ax.plot(m.index, m.values, color=role_colour(role), lw=1.3, label=role)
         lo, hi = ax.get_ylim()
         if len(g) and lo > 0 and hi / lo > 2:  # log only where it spreads the lines; narrow ranges stay linear
             _log_y(ax)
@@ -77,8 +78,8 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
 
         ax = axes[1][i]
         amp = select(data.amplification, workflow=wf)
-        group = GROUP_ROLES.get(wf, (None, None))[0]
-        if group is None:
+        group = _group_role(amp)
+        if group is None and len(amp):
             ax.text(0.5, 0.5, f"{wf_name(wf)}:\nno parallel same-role agents", transform=ax.transAxes, **MISSING)
             ax.set_axis_off()
             continue
@@ -103,7 +104,7 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
             ax.set_title(f"{wf_name(wf)}: {group}s vs parallel agents", fontsize=9)
             ax.legend(handles=legend_handles(grid), fontsize=6, loc="upper left")
         ax.set_xlabel("parallel agents per prompt")
-        if i == 0 or GROUP_ROLES.get(wfs[i - 1]) is None:
+        if i == 0 or not axes[1][i - 1].axison:
             ax.set_ylabel("amplification\n(norm / single-agent roles')")
         ax.grid(alpha=0.3)
     fig.suptitle("Role-level gradients under Isolated-Policy; amplification of parallel agents", fontsize=10)
@@ -146,17 +147,17 @@ def shared_capture(data: Data, grid: Grid) -> plt.Figure:
                 step = float(caught["capture_step"].median())
                 ax.axvline(step, color="black", lw=1.2, ls="--")
                 label = f"captured by {role}: {len(caught)}/{runs['run'].nunique()} runs (shown)"
-            roles = _roles(g)
+            roles = roles_in(g)
             all_roles += [x for x in roles if x not in all_roles]
             lines = {role: _binned_mean(select(g, role=role).dropna(subset=["grad_sq_share"]), "grad_sq_share")
                      for role in roles}
             frame = pd.DataFrame(lines).sort_index().fillna(0.0)
-            ax.stackplot(frame.index, frame.T.values, colors=[ROLE_COLOURS.get(x, "0.5") for x in roles], alpha=0.85)
+            ax.stackplot(frame.index, frame.T.values, colors=[role_colour(x) for x in roles], alpha=0.85)
             ax.axhline(data.capture_share, color="black", lw=0.7, ls=":")
             ax.text(0.02, 0.96, label, fontsize=6.5, ha="left", va="top", transform=ax.transAxes,
                     bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5))
             ax.margins(x=0)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=ROLE_COLOURS.get(x, "0.5"), label=x) for x in all_roles]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=role_colour(x), label=x) for x in all_roles]
     handles += [Line2D([], [], color="black", ls="--", label="median capture step"),
                 Line2D([], [], color="black", ls=":", lw=0.7, label=f"capture share {data.capture_share:g}")]
     fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)

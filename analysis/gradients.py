@@ -12,8 +12,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.names import GROUP_ROLES
-
 
 def role_steps(train: pd.DataFrame) -> pd.DataFrame:
     """Per role and step: gradient norm, squared share, turns; skipped updates have no gradient (NaN)."""
@@ -74,17 +72,18 @@ def capture(train: pd.DataFrame, *, cliff_step: float = math.nan, capture_share:
     return out
 
 
-def amplification(train: pd.DataFrame, workflow: str, workflow_params: dict[str, Any]) -> pd.DataFrame:
+def amplification(train: pd.DataFrame, group_role: str | None, nominal_agents: float) -> pd.DataFrame:
     """Per role: mean gradient norm, parallel agents per episode, and its ratio to the run's single-agent roles.
 
+    `group_role`: the workflow's role with parallel agents on one prompt (voters, workers), or None;
+    `nominal_agents`: their configured number (n_votes, max_subtasks), both from the run's config.json.
     parallel_agents: the role's turns per step over those of a single-agent role (one turn per episode),
-    so the count realised in training (orchestrators may plan fewer subtasks than max_subtasks);
-    nominal_agents: workflow_params' n_votes / max_subtasks. amplification: the role's mean gradient norm
-    over the geometric mean of the single-agent roles' (1 for a single-agent role of a one-role run).
+    so the count realised in training (orchestrators may plan fewer subtasks than max_subtasks).
+    amplification: the role's mean gradient norm over the geometric mean of the single-agent roles' (1 for
+    a single-agent role of a one-role run).
     """
     rs = role_steps(train)
     by_role = rs.groupby("role").agg(grad_norm=("grad_norm", "mean"), n_turns=("n_turns", "mean"))
-    group_role, key = GROUP_ROLES.get(workflow, (None, None))
     singles = [r for r in by_role.index if r != group_role]
     # a single-agent role has one turn per episode (eval_opt's sequential revisions are not parallel agents)
     ref_turns = by_role.loc[singles, "n_turns"].min() if singles else math.nan
@@ -94,6 +93,6 @@ def amplification(train: pd.DataFrame, workflow: str, workflow_params: dict[str,
         is_group = role == group_role
         rows.append({"role": role, "group_role": is_group, "grad_norm_mean": float(r["grad_norm"]),
                      "parallel_agents": float(r["n_turns"] / ref_turns) if is_group and ref_turns else 1.0,
-                     "nominal_agents": float(workflow_params.get(key, math.nan)) if is_group else 1.0,
+                     "nominal_agents": float(nominal_agents) if is_group else 1.0,
                      "amplification": float(r["grad_norm"] / ref_norm) if ref_norm else math.nan})
     return pd.DataFrame(rows)

@@ -30,11 +30,24 @@ TABLE_FORMATS = ("csv", "md", "tex", "html")
 # written by `summarize` (one job over every finished run) into results/analysis/
 INTERMEDIATE = ("runs", "problems", "curves", "gradients", "amplification", "signatures")
 
+# How the paper's workflows and roles are shown (order, display name). Presentation only: what a workflow
+# is (its roles, its parallel role) the analysis reads from each run's config.json, and a workflow or role
+# not listed here is shown under its own name, after these.
 WORKFLOW_ORDER = ["single", "eval_opt", "voting", "orch_workers"]
 WORKFLOW_NAMES = {"single": "Single agent", "eval_opt": "Evaluator-Optimizer", "voting": "Voting",
                   "orch_workers": "Orchestrator-Workers"}
-# the role whose agents run in parallel on one prompt, and the workflow_params key that counts them
-GROUP_ROLES = {"voting": ("generator", "n_votes"), "orch_workers": ("worker", "max_subtasks")}
 ROLE_ORDER = ["generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer"]
 AXES = ["workflow", "task", "scale", "policy", "seed"]
 CELL = ["workflow", "task", "scale", "policy"]
+
+
+def ordered(names: set[str] | list[str], order: list[str]) -> list[str]:
+    """`names` in `order`, then those `order` does not list, sorted (a workflow or role added since)."""
+    present = set(names)
+    return [n for n in order if n in present] + sorted(present - set(order))
+
+
+def workflow_rank(name: str) -> str:
+    """A sort key of a workflow name: WORKFLOW_ORDER's first, then the others by name."""
+    rank = WORKFLOW_ORDER.index(name) if name in WORKFLOW_ORDER else len(WORKFLOW_ORDER)
+    return f"{rank:03d}:{name}"

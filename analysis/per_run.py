@@ -18,7 +18,6 @@ from analysis.runs import RunLogError, RunLogs, load_run, primary_split
 from analysis.curves import curve_rows
 from analysis.settings import AnalysisSettings
 from analysis.settings import eval_every as run_eval_every
-from analysis.settings import workflow_params as run_workflow_params
 
 
 def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataFrame]:
@@ -42,7 +41,7 @@ def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataF
         row["signatures"] = ", ".join(sorted(set(
             sigs[~sigs["at_base"] & (sigs["split"].isna() | (sigs["split"] == row["split"]))]["signature"])))
     grads = gradients.role_steps(logs.train).assign(**axes)
-    amp = gradients.amplification(logs.train, cfg["workflow"], run_workflow_params(cfg)).assign(**axes)
+    amp = gradients.amplification(logs.train, logs.roles.parallel_role, logs.roles.parallel_agents).assign(**axes)
     curves = logs.evals.assign(**axes, primary=logs.evals["split"] == main)
     return {"runs": pd.DataFrame(rows), "curves": curves, "gradients": grads, "amplification": amp,
             "signatures": sigs.assign(**axes)}

@@ -31,6 +31,7 @@ class RunLogs:
     evals: pd.DataFrame
     train: pd.DataFrame
     samples: pd.DataFrame
+    roles: rundir.WorkflowRoles  # from config.json: what the analysis knows of the run's workflow
 
 
 def _read(run_dir: Path, name: str, columns: list[str] | None, required: list[str]) -> pd.DataFrame:
@@ -61,6 +62,10 @@ def load_run(run_dir: str | Path) -> RunLogs:
     lacking = [k for k in ("run", "workflow", "task", "scale", "policy", "seed", "training") if k not in cfg]
     if lacking:
         raise RunLogError(f"{run_dir.name}: config.json lacks {', '.join(lacking)}")
+    try:
+        roles = rundir.workflow_roles(cfg)
+    except ValueError as e:
+        raise RunLogError(f"{run_dir.name}: {e}") from e
     evals = _read(run_dir, rundir.EVAL_PARQUET, None, EVAL_REQUIRED)
     train = _read(run_dir, rundir.TRAIN_PARQUET, TRAIN_COLUMNS, TRAIN_COLUMNS)
     problems = []
@@ -73,12 +78,15 @@ def load_run(run_dir: str | Path) -> RunLogs:
         problems.append(f"train.parquet ends at step {last} but done.json says {done.get('steps_done')}")
     if not len(evals):
         problems.append("eval.parquet has no rows")
+    stray = sorted(set(train["role"]) - set(roles.roles))
+    if stray:
+        problems.append(f"train.parquet has roles {stray} that config.json's workflow does not ({list(roles.roles)})")
     if problems:
         raise RunLogError(f"{run_dir.name}: " + "; ".join(problems))
     samples = pd.DataFrame(columns=SAMPLES_COLUMNS)
     if cfg["workflow"] in SAMPLES_WORKFLOWS and (run_dir / rundir.SAMPLES_PARQUET).exists():
         samples = _read(run_dir, rundir.SAMPLES_PARQUET, SAMPLES_COLUMNS, SAMPLES_COLUMNS)
-    return RunLogs(cfg["run"], cfg, evals, train, samples)
+    return RunLogs(cfg["run"], cfg, evals, train, samples, roles)
 
 
 def primary_split(evals: pd.DataFrame) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.names import CELL, WORKFLOW_ORDER
+from analysis.names import CELL, workflow_rank
 
 GAINS = ["gain_peak", "gain_terminal"]
 
@@ -187,10 +187,9 @@ def failure_signatures(summary: pd.DataFrame, signatures: pd.DataFrame) -> pd.Da
         if name == "unexplained":
             out.append({"workflow": wf, "policy": pol, "signature": "unexplained", "n_runs": int(n),
                         "n_cliffs_named": int(n), "onset_step_mean": np.nan})
-    order = {w: i for i, w in enumerate(WORKFLOW_ORDER)}
     df = pd.DataFrame(out, columns=cols)
-    return df.sort_values(["workflow", "policy", "signature"], key=lambda s: s.map(order) if s.name == "workflow"
-                          else s).reset_index(drop=True)
+    return df.sort_values(["workflow", "policy", "signature"], key=lambda s: s.map(workflow_rank)
+                          if s.name == "workflow" else s).reset_index(drop=True)
 
 
 def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
@@ -214,8 +213,8 @@ def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
     out["cliff_rate"] = agg["cliff_rate"].round(2)
     if "cliff_causes" in agg:
         out["cliff_causes"] = agg["cliff_causes"]
-    order = {w: i for i, w in enumerate(WORKFLOW_ORDER)}
-    return out.sort_values(CELL, key=lambda s: s.map(order) if s.name == "workflow" else s).reset_index(drop=True)
+    return out.sort_values(CELL, key=lambda s: s.map(workflow_rank) if s.name == "workflow" else s
+                           ).reset_index(drop=True)
 
 
 def write_table(df: pd.DataFrame, stem: str | Path, formats: tuple[str, ...] = ("csv", "md", "html")) -> list[Path]:

@@ -16,7 +16,7 @@ from trainer.sweep.config import (
     validate_config,
 )
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
-from trainer.workflows import run_turns
+from trainer.sweep.cost import run_turns
 
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
 

@@ -59,7 +59,7 @@ CASES: list[tuple[str, Callable[[Config], None], list[str]]] = [
      ["training.policy_groups", "'evaluator'", "missing"]),
     ("matrix of no runs", lambda c: c["matrices"]["demo"].update(policies=[], single_baseline=False),
      ["matrices.demo: a matrix of 0 runs"]),
-    ("unknown workflow", _set("matrices.demo.workflows", ["votnig"]), ["matrices.demo.workflows.0", "'votnig'"]),
+    ("unknown workflow", _set("matrices.demo.workflows", ["votnig"]), ["matrices.demo.workflows", "'votnig' has no entry in `workflows`"]),
     ("target_modules not a name", _set("training.lora.target_modules", 7), ["training.lora.target_modules", "7"]),
     ("bad enum", _set("training.loss_type", "ppo"), ["training.loss_type", "'ppo'"]),
     ("unknown launcher key", _set("launcher.poll_interval", 1), ["launcher.poll_interval: unknown key"]),

@@ -51,7 +51,8 @@ def test_run_id_round_trip(text):
     assert str(parse_run_id(text)) == text
 
 
-@pytest.mark.parametrize("text", ["votin-math-tiny-shared-s0", "voting-math-tiny-shared-0", "voting-chess-tiny-shared-s0"])
+@pytest.mark.parametrize("text", ["vot-ing-math-tiny-shared-s0", "Voting-math-tiny-shared-s0", "voting-math-tiny-shared-0",
+                                  "voting-chess-tiny-shared-s0"])
 def test_bad_run_id_is_named(text):
     with pytest.raises(ValueError, match=text):
         parse_run_id(text)
@@ -65,7 +66,7 @@ def test_unknown_key_is_named(config):
 
 def test_unknown_workflow_is_named(config):
     config["matrices"]["demo"]["workflows"] = ["voting", "debate"]
-    with pytest.raises(ConfigError, match=r"matrices\.demo\.workflows\.1: 'debate' is not one of"):
+    with pytest.raises(ConfigError, match=r"matrices\.demo\.workflows: 'debate' has no entry in `workflows`"):
         validate_config(config, SCHEMA)
 
 

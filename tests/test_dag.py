@@ -64,7 +64,8 @@ def test_demo_train_jobs_start_longest_first():
 
 @pytest.mark.parametrize("override, message", [
     ("training={learning_rat: 1}", "training.learning_rat: unknown key"),
-    ("matrices={demo: {workflows: [debate]}}", "matrices.demo.workflows.0: 'debate' is not one of"),
+    ("matrices={demo: {workflows: [debate]}}", "matrices.demo.workflows: 'debate' has no entry in `workflows`"),
+    ("workflows={my-flow: {}}", "workflows: 'my-flow' does not match"),  # no dash: run ids split on it
     ("matrix=nope", "matrix: 'nope' is not one of matrices"),
 ])
 def test_bad_config_fails_before_any_job_naming_the_key(override, message):

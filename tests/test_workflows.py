@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from trainer.tasks import Problem, get_task
-from trainer.workflows import (Completion, make_workflow, parse_choice, parse_plan, parse_verdict, run_turns,
-                               score_episodes)
+from trainer.sweep.cost import run_turns
+from trainer.workflows import Completion, make_workflow, parse_choice, parse_plan, parse_verdict, score_episodes
 
 PROBLEMS = [Problem(id=f"p{i}", question=f"Calculate {i} + 1.", answer=str(i + 1),
                     demonstration=f"{i} + 1 = \\boxed{{{i + 1}}}", source="test") for i in range(3)]

@@ -201,6 +201,7 @@ class WorkflowSettings:
     n_votes: int = setting(3, "voting: parallel voters.")
     max_subtasks: int = setting(3, "orch_workers: subtasks at most.")
     share_main_task_with_workers: bool = setting(False, "orch_workers: workers also see the whole problem.")
+    module: str | None = setting(None, "The module registering a workflow defined outside trainer/workflows/.")
 
 
 # Per source type: the fields it needs and the fields it takes (besides name, source, from_train_holdout).
@@ -281,7 +282,7 @@ class RunSettings:
     """
 
     run: str = setting("", "The run id, e.g. voting-math-tiny-shared-s0.")
-    workflow: str = setting("single", "The workflow (a key of trainer.workflows.WORKFLOWS).")
+    workflow: str = setting("single", "The workflow (registered in trainer.workflows.registry).")
     task: str = setting("math", "The task: math or code.")
     scale: str = setting("tiny", "The scale (a key of config.yaml's scales).")
     policy: str = setting("shared", "shared: all roles update one policy; isolated: one per role.")
@@ -294,6 +295,9 @@ class RunSettings:
     launcher: LauncherSettings = setting(LauncherSettings(), "How the job runs.")
     base_model: dict[str, Any] | None = setting(None, "model.json of the base model build (path, facts).")
     config_hash: str | None = setting(None, "Content hash of the hashed view (trainer.sweep.config.config_hash).")
+    roles: list[str] = setting([], "The workflow's roles, as launch records them for the analysis (unhashed).")
+    parallel_role: dict[str, Any] | None = setting(None, "The role with parallel agents on one prompt and their "
+                                                         "number ({role, agents}), or None (unhashed).")
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False,
                                 metadata={"help": "The dict these settings were read from (config.json)."})
 

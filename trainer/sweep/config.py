@@ -64,7 +64,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> None:
                     lines.append(f"{where}: unknown key{hint}")
             elif e.validator == "propertyNames":
                 lines.append(f"{_key_path(e)}: unknown name {e.instance!r}: {e.message}")
-            elif "propertyNames" in e.schema_path:  # a field another source type takes (source_fields)
+            elif "propertyNames" in e.schema_path and e.validator == "enum":  # a field another source type takes
                 where = f"{_key_path(e)}.{e.instance}" if e.absolute_path else e.instance
                 lines.append(f"{where}: not a field of this source type (its fields: {', '.join(e.validator_value)})")
             else:
@@ -115,6 +115,7 @@ def _check_references(config: dict[str, Any]) -> None:
                     problems.append(f"matrices.{name}.{axis}: {value!r} has no entry in `{section}`")
         if m.get("single_baseline") and "single" not in config["workflows"]:
             problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
+    problems += _workflow_problems(config)
     runs = {str(r) for r in expand_matrix(config)} if not problems else set()
     if not problems and not runs:
         problems.append(f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, "
@@ -128,20 +129,25 @@ def _check_references(config: dict[str, Any]) -> None:
         scale = o["match"].get("scale")
         if scale is not None and scale not in config["scales"]:
             problems.append(f"overrides[{i}].match.scale: unknown scale {scale!r}")
+        for key, names in (("match.workflow", [o["match"].get("workflow")]), ("workflows", o.get("workflows", {}))):
+            for name in names:
+                if name is not None and name not in config["workflows"]:
+                    problems.append(f"overrides[{i}].{key}: {name!r} has no entry in `workflows`")
     if problems:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
 
 def _policy_group_problems(config: dict[str, Any]) -> list[str]:
     """Each run's training.policy_groups, where set, must route every role of its workflow once."""
-    from trainer.workflows import WORKFLOWS  # the roles live with the workflows
+    from trainer.workflows import workflow_class  # the roles live with the workflows
 
     problems = []
     for run in expand_matrix(config):
-        groups = resolve_run_config(config, run)["training"].get("policy_groups")
+        run_config = resolve_run_config(config, run)
+        groups = run_config["training"].get("policy_groups")
         if not groups:
             continue
-        roles = WORKFLOWS[run.workflow].roles
+        roles = workflow_class(run.workflow, run_config["workflow_params"]).roles
         listed = [r for members in groups.values() for r in members]
         missing = [r for r in roles if r not in listed]
         unknown = [r for r in listed if r not in roles]
@@ -151,6 +157,19 @@ def _policy_group_problems(config: dict[str, Any]) -> list[str]:
                             f"{run.workflow!r} ({', '.join(roles)}) once; missing {missing}, unknown {unknown}, "
                             f"twice {twice}")
     return list(dict.fromkeys(problems))
+
+
+def _workflow_problems(config: dict[str, Any]) -> list[str]:
+    """Each `workflows` key must name a registered workflow (importing its `module`, where given, registers it)."""
+    from trainer.workflows import workflow_class  # lazily: only validation needs the workflows' registry
+
+    problems = []
+    for name, params in config["workflows"].items():
+        try:
+            workflow_class(name, params)
+        except ValueError as e:
+            problems.append(str(e) if str(e).startswith(f"workflows.{name}") else f"workflows.{name}: {e}")
+    return problems
 
 
 def restart_selection(config: dict[str, Any]) -> list[str]:

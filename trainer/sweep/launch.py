@@ -39,6 +39,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from trainer.settings import LauncherSettings, ResourceSettings, from_dict
 from trainer.sweep import rundir
 from trainer.sweep.config import checkpoint_config, config_hash, resume_conflict
+from trainer.workflows import role_facts
 
 LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
                      "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
@@ -102,8 +103,9 @@ class TrainJob(Checkpointable):
 
 
 def resolve_run_config(run_config: dict[str, Any], base_model: dict[str, Any]) -> dict[str, Any]:
-    """The run config with the base model it starts from and the content hash (what config.json holds)."""
-    cfg = {**run_config, "base_model": base_model}
+    """The run config with the base model it starts from, its workflow's roles (what the analysis reads
+    of the workflow; facts of its code, outside the hash) and the content hash: what config.json holds."""
+    cfg = {**run_config, "base_model": base_model, **role_facts(run_config["workflow"], run_config["workflow_params"])}
     cfg["config_hash"] = config_hash(cfg)
     return cfg
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,54 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# config.json records its workflow's roles (the launcher writes them, from the workflow's class), so that
+# analysis never repeats what a workflow is: `roles` (in the workflow's order) and `parallel_role`, the
+# role whose agents answer one prompt in parallel with their nominal number ({"role", "agents"}) or null.
+# Both are facts of the code, not settings: they are not in the config hash.
+ROLES_KEY = "roles"
+PARALLEL_ROLE_KEY = "parallel_role"
+# config.json files of runs finished before it recorded the roles: the study's four workflows, for those alone
+# (role names, and the parallel role with the workflow_params key that counts its agents)
+LEGACY_ROLES: dict[str, tuple[tuple[str, ...], tuple[str, str] | None]] = {
+    "single": (("generator",), None),
+    "eval_opt": (("generator", "evaluator"), None),
+    "voting": (("generator", "aggregator"), ("generator", "n_votes")),
+    "orch_workers": (("orchestrator", "worker", "synthesizer"), ("worker", "max_subtasks")),
+}
+
+
+@dataclass(frozen=True)
+class WorkflowRoles:
+    """What analysis knows of a run's workflow: its roles and the parallel role's nominal agents."""
+
+    roles: tuple[str, ...]
+    parallel_role: str | None
+    parallel_agents: float  # agents of parallel_role per prompt (nominal, at most); 1.0 without one
+
+
+def roles_entry(roles: tuple[str, ...] | list[str], parallel_role: str | None, agents: int) -> dict[str, Any]:
+    """The config.json keys that record a workflow's roles (what `workflow_roles` reads)."""
+    parallel = None if parallel_role is None else {"role": parallel_role, "agents": agents}
+    return {ROLES_KEY: list(roles), PARALLEL_ROLE_KEY: parallel}
+
+
+def workflow_roles(config: dict[str, Any]) -> WorkflowRoles:
+    """A run's workflow roles from its config.json; for a file that predates them, LEGACY_ROLES.
+
+    Raises ValueError naming the run and workflow when neither has them.
+    """
+    if ROLES_KEY in config:
+        parallel = config.get(PARALLEL_ROLE_KEY)
+        return WorkflowRoles(tuple(config[ROLES_KEY]), parallel["role"] if parallel else None,
+                             float(parallel["agents"]) if parallel else 1.0)
+    if config.get("workflow") not in LEGACY_ROLES:
+        raise ValueError(f"{config.get('run')}: config.json has no `{ROLES_KEY}` and its workflow "
+                         f"{config.get('workflow')!r} is not one whose roles are known without it; rerun it "
+                         f"(the launcher records the roles in config.json)")
+    roles, parallel = LEGACY_ROLES[config["workflow"]]
+    if parallel is None:
+        return WorkflowRoles(roles, None, 1.0)
+    role, key = parallel
+    return WorkflowRoles(roles, role, float(config.get("workflow_params", {}).get(key, float("nan"))))
