@@ -30,6 +30,7 @@ import torch
 
 from trainer.sweep import rundir
 from trainer.sweep.config import changed_keys, is_eval_step
+from trainer.rl.distributed import Ranks, device_of, process_group, rank_seed
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
@@ -188,22 +189,26 @@ def normalize_per_role(turns: list[Turn]) -> None:
 class Trainer:
     """Everything one run holds: model, policies, task, workflow, data and logs."""
 
-    def __init__(self, run_config: dict[str, Any], run_dir: str | Path, log=None):
+    def __init__(self, run_config: dict[str, Any], run_dir: str | Path, log=None, ranks: Ranks | None = None):
         self.cfg = run_config
+        self.ranks = ranks or Ranks.single()  # DDP: this process's rank (trainer/rl/distributed.py)
         self.t = run_config["training"]
         self.run_dir = Path(run_dir)
         self.work = self.run_dir / rundir.WORK_DIR
         self.work.mkdir(parents=True, exist_ok=True)
         self.log = log or (lambda msg: print(f"[{run_config['run']}] {msg}", file=sys.stderr, flush=True))
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if not self.ranks.is_main:  # DDP: rank 0 alone logs
+            self.log = lambda msg: None
+        self.device = device_of(self.ranks)  # DDP: this rank's GPU
         seed_everything(run_config["seed"])
-        if self.device == "cpu":
-            torch.set_num_threads(max(1, int(run_config["resources"].get("cpus", 1))))
+        if self.device.startswith("cpu"):
+            torch.set_num_threads(max(1, int(run_config["resources"].get("cpus", 1)) // self.ranks.world_size))
         self.tokenizer, base = self._load_base()
         self.task = get_task(run_config["task"])
         self.workflow = make_workflow(run_config["workflow"], run_config["workflow_params"], self.task)
         self.routing = routing_table(run_config["policy"], self.workflow.roles, self.t.get("policy_groups"))
         self.policies = PolicySet(base, self.routing, self.t)
+        self.ranks.broadcast_params([x for p in self.policies for x in p.params])  # DDP: rank 0's adapters
         self.recorders = {p.name: GradientRecorder(p.params) for p in self.policies}
         common = dict(max_new_tokens=self.t["max_completion_length"], top_p=self.t["top_p"],
                       enable_thinking=self.t["enable_thinking"], device=self.device)
@@ -227,7 +232,7 @@ class Trainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         info = self.cfg["base_model"]
-        dtype = getattr(torch, self.cfg["model"]["dtype"]) if self.device == "cuda" else torch.float32
+        dtype = getattr(torch, self.cfg["model"]["dtype"]) if self.device.startswith("cuda") else torch.float32
         tokenizer = AutoTokenizer.from_pretrained(info["path"])
         model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype).to(self.device)
         if tokenizer.pad_token_id is None:
@@ -251,28 +256,31 @@ class Trainer:
 
     # -- one step ---------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Episode], list[int]]:
-        torch.manual_seed(step_seed(self.cfg["seed"], step))
+        torch.manual_seed(rank_seed(step_seed(self.cfg["seed"], step), self.ranks.rank))
         prompts = self.prompts_for_step(step)
         g = self.t["num_generations"]
-        problems = [p for p in prompts for _ in range(g)]
         group_of = [i for i in range(len(prompts)) for _ in range(g)]
         for m in self.policies.modules():
             m.eval()
-        episodes = self.workflow.run(problems, self.generate)
+        # DDP: this rank's prompts (all their generations), then every rank's episodes in rank order
+        episodes = self.workflow.run([p for p in self.ranks.shard(prompts) for _ in range(g)], self.generate)
         score_episodes(self.workflow, episodes)
+        episodes = self.ranks.all_gather(episodes)
         assign_rewards_and_advantages(self.workflow, episodes, group_of, self.t)
         return episodes, group_of
 
     def update(self, policy: Policy, rows: list[Row]) -> dict[str, dict[str, float]]:
         """One optimizer step of `policy` on its own rows; returns per-role metrics."""
         stats: dict[str, dict[str, float]] = {}
-        if not rows:
+        # DDP: this rank's share of the rows; sizes (loss normalisers) are the whole batch's
+        n_seq, n_tok = self.ranks.sum_floats([len(rows), sum(len(r.completion_ids) for r in rows)])
+        if not n_seq:
             return stats
         model = self.policies.model(policy.name)
         model.train()
         recorder = self.recorders[policy.name]
         recorder.reset()
-        totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
+        totals = BatchTotals(n_sequences=int(n_seq), n_tokens=int(n_tok),
                              max_completion_length=self.t["max_completion_length"])
         eps_low, eps_high = self.t["epsilon"], self.t.get("epsilon_high") or self.t["epsilon"]
         beta, finite = self.t["beta"], True
@@ -308,6 +316,8 @@ class Trainer:
                 s["kl"] += float((token.kl * cmask).sum()) if token.kl is not None else float("nan")
                 s["clipped"] += float((token.clipped.float() * cmask).sum())
                 s["tokens"] += n_tok
+            self.ranks.reduce_gradients(policy.params, recorder.grads, policy.roles)  # DDP: sum over ranks
+            finite = self.ranks.all_true(finite)
             grad_metrics = recorder.metrics()
             total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t["max_grad_norm"])
             finite &= bool(torch.isfinite(total_norm))
@@ -315,6 +325,7 @@ class Trainer:
                 policy.optimizer.step()
             policy.optimizer.zero_grad(set_to_none=True)
             policy.scheduler.step()
+        self.ranks.reduce_role_stats(stats, policy.roles)  # DDP: the whole batch's loss terms
         for role, s in stats.items():
             s.update(grad_metrics.get(role, {}))
             s["skipped"] = not finite
@@ -333,7 +344,7 @@ class Trainer:
         for policy in self.policies:
             rows = [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
                     for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
-            stats = self.update(policy, rows)
+            stats = self.update(policy, self.ranks.shard(rows))  # DDP: this rank's share of the rows
             lr = policy.scheduler.get_last_lr()[0]
             for role in policy.roles:
                 rt = [t for t in turns if t.role == role]
@@ -362,9 +373,10 @@ class Trainer:
             m.eval()
         for split, problems in self.eval_splits.items():
             t0 = time.time()
-            torch.manual_seed(step_seed(self.cfg["seed"], step, salt=2))
-            episodes = self.workflow.run(problems, self.eval_generate)
+            torch.manual_seed(rank_seed(step_seed(self.cfg["seed"], step, salt=2), self.ranks.rank))
+            episodes = self.workflow.run(self.ranks.shard(problems), self.eval_generate)  # DDP: sharded
             score_episodes(self.workflow, episodes)
+            episodes = self.ranks.all_gather(episodes)
             row = {"step": step, "split": split, "n": len(episodes),
                    "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
                    "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
@@ -402,7 +414,8 @@ class Trainer:
             self.check_skipped(step)
             if is_eval_step(step, self.t):
                 self.evaluate(step)
-            stopping = stop is not None and stop.is_set() and step < max_steps
+            # DDP: submitit signals rank 0 alone; every rank stops at the same step
+            stopping = self.ranks.any_true(stop is not None and stop.is_set()) and step < max_steps
             if step % self.t["save_every"] == 0 or step == max_steps or stopping:
                 self.checkpoint(step)
             self.write_progress(step, "training")
@@ -437,6 +450,8 @@ class Trainer:
 
         Written under a temporary name and renamed, so a checkpoint is either whole or absent.
         """
+        if not self.ranks.is_main:  # DDP: rank 0 writes; every rank holds the same state
+            return
         root = self.work / "checkpoints"
         final = root / f"step-{step:06d}"
         tmp = root / f".step-{step:06d}.tmp"
@@ -476,6 +491,8 @@ class Trainer:
 
     def write_progress(self, step: int, phase: str) -> None:
         """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
+        if not self.ranks.is_main:  # DDP: rank 0 writes
+            return
         rundir.write_json_atomic({"run": self.cfg["run"], "step": step, "max_steps": self.t["max_steps"],
                                   "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
@@ -487,7 +504,7 @@ class Trainer:
         Refuses a checkpoint written under another config, naming the keys that changed.
         """
         root = self.work / "checkpoints"
-        for stale in root.glob(".step-*"):  # a checkpoint write or delete that was killed
+        for stale in root.glob(".step-*") if self.ranks.is_main else []:  # DDP: rank 0 cleans up  # a checkpoint write or delete that was killed
             self.log(f"removing incomplete checkpoint {stale}")
             shutil.rmtree(stale)
         ckpts = sorted(root.glob("step-*"))
@@ -531,12 +548,14 @@ class Trainer:
                                     directory / rundir.SAMPLES_PARQUET)
 
     def publish(self, steps_done: int, wall_time_s: float) -> dict[str, Any]:
-        """The run's logs into its directory, each atomically, and done.json last."""
-        self.write_logs(self.run_dir)
-        pause_for_tests("publish")
+        """The run's logs into its directory, each atomically, and done.json last (rank 0; DDP)."""
         done = {"run": self.cfg["run"], "steps_done": steps_done, "steps_expected": self.t["max_steps"],
                 "config_hash": self.cfg["config_hash"], "wall_time_s": wall_time_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        if not self.ranks.is_main:
+            return done
+        self.write_logs(self.run_dir)
+        pause_for_tests("publish")
         rundir.write_json_atomic(done, self.run_dir / rundir.DONE_JSON)
         self.write_progress(steps_done, "done")
         self.log(f"done: {self.run_dir}")
@@ -551,26 +570,31 @@ def run_training(run_dir: str | Path, restart: bool = False,
     Holds work/train.lock while training, so a second process on the same run fails at once
     instead of writing the same checkpoints. An error is also written to work/failure.json (for
     `status`). Returns done.json's content, or None when `stop` ended the run early.
+    In a job of several tasks (resources.gpus / resources.processes), every task calls this: they
+    form the run's process group (trainer/rl/distributed.py) and rank 0 alone locks and writes.
     """
     run_dir = Path(run_dir)
     work = run_dir / rundir.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
-    with hold_run_lock(work):
-        remove_stale_temporaries(run_dir)
-        if restart:
-            shutil.rmtree(work / "checkpoints", ignore_errors=True)
-        (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
-        cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
-        done_path = run_dir / rundir.DONE_JSON
-        if done_path.exists():
-            done = json.loads(done_path.read_text())
-            if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
-                return done
-        try:
-            return Trainer(cfg, run_dir).fit(stop)
-        except Exception as e:
-            write_failure(work, cfg["run"], e)
-            raise
+    cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
+    with process_group(cfg["resources"], cfg["run"]) as ranks:
+        with hold_run_lock(work) if ranks.is_main else contextlib.nullcontext():
+            if ranks.is_main:
+                remove_stale_temporaries(run_dir)
+                if restart:
+                    shutil.rmtree(work / "checkpoints", ignore_errors=True)
+                (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
+            ranks.barrier()  # DDP: the others read the checkpoints once rank 0 has cleaned up
+            done_path = run_dir / rundir.DONE_JSON
+            if done_path.exists():
+                done = json.loads(done_path.read_text())
+                if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
+                    return done
+            try:
+                return Trainer(cfg, run_dir, ranks=ranks).fit(stop)
+            except Exception as e:
+                write_failure(work, cfg["run"], e)
+                raise
 
 
 class RunBusyError(RuntimeError):

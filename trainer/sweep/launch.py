@@ -37,7 +37,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from trainer.sweep import rundir
-from trainer.sweep.config import changed_keys, config_hash
+from trainer.sweep.config import changed_keys, config_hash, world_size_of
 
 LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
                      "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
@@ -150,19 +150,29 @@ def job_tag(run: str, run_dir: Path) -> str:
 
 
 def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> submitit.Executor:
-    """The submitit executor of the run's backend, with the run's resources."""
+    """The submitit executor of the run's backend, with the run's resources.
+
+    A data-parallel run is one job of `world_size_of(resources)` tasks on one node (a process per
+    GPU, or resources.processes on CPU), which form its process group (trainer/rl/distributed.py);
+    the job's resources.cpus are split between them (at least one core each).
+    """
     launcher, res = cfg["launcher"], cfg["resources"]
     backend = launcher["backend"]
+    tasks = world_size_of(res)
     if backend == "debug":
+        if tasks > 1:
+            raise LaunchError(f"run {cfg['run']}: launcher.backend debug runs one process, but resources ask for "
+                              f"{tasks}; use the local or slurm backend")
         return submitit.DebugExecutor(folder=str(folder))
     if backend == "local":
         ex = submitit.LocalExecutor(folder=str(folder))
-        ex.update_parameters(timeout_min=res["time_min"])
+        ex.update_parameters(timeout_min=res["time_min"], tasks_per_node=tasks)
         return ex
     if backend == "slurm":
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=launcher.get("max_num_timeout", 3))
-        params: dict[str, Any] = {"job_name": cfg["run"], "time": res["time_min"], "cpus_per_task": res["cpus"],
-                                  "mem": f"{int(res['mem_gb'] * 1024)}M", "ntasks_per_node": 1, "nodes": 1,
+        params: dict[str, Any] = {"job_name": cfg["run"], "time": res["time_min"],
+                                  "cpus_per_task": max(1, res["cpus"] // tasks),
+                                  "mem": f"{int(res['mem_gb'] * 1024)}M", "ntasks_per_node": tasks, "nodes": 1,
                                   "signal_delay_s": int(launcher.get("signal_delay_s", 120))}
         if tag:
             params["comment"] = tag
