@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence, TypeVar
 
@@ -192,6 +194,8 @@ def process_group(resources: dict[str, Any], run: str, timeout_min: float = 30) 
     if backend == "nccl":
         torch.cuda.set_device(ranks.local_rank)
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_min))
+    print(f"[{run}] rank {ranks.rank} of {ranks.world_size} ({backend}, {os.environ['MASTER_ADDR']}:"
+          f"{os.environ['MASTER_PORT']})", file=sys.stderr, flush=True)
     try:
         yield ranks
     finally:

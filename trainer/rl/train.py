@@ -337,14 +337,17 @@ class Trainer:
         logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], self.t["temperature"], with_entropy)
         return logps, entropy, cmask
 
+    def policy_rows(self, policy: Policy, turns: list[Turn]) -> list[Row]:
+        """The step's training samples of `policy`: its roles' turns that generated tokens."""
+        return [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
+                for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
+
     def train_step(self, step: int) -> None:
         t0 = time.time()
         episodes, _ = self.rollout(step)
         turns = [t for ep in episodes for t in ep.turns]
         for policy in self.policies:
-            rows = [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
-                    for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
-            stats = self.update(policy, self.ranks.shard(rows))  # DDP: this rank's share of the rows
+            stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
             lr = policy.scheduler.get_last_lr()[0]
             for role in policy.roles:
                 rt = [t for t in turns if t.role == role]
