@@ -381,7 +381,7 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
     try:
         if backend != "debug":
             wait_and_stream(job, float(cfg["launcher"].get("poll_interval_s", 5)))
-        result = job.result()
+        result = job.results()[0]  # rank 0's (a data-parallel job has a result per task)
     except LaunchError:
         raise
     except Exception as e:  # the job's own error: re-raise with where to look
