@@ -189,6 +189,8 @@ def normalize_per_role(turns: list[Turn]) -> None:
 class Trainer:
     """Everything one run holds: model, policies, task, workflow, data and logs."""
 
+    ranks = Ranks.single()  # DDP: this process's rank; set per instance by __init__
+
     def __init__(self, run_config: dict[str, Any], run_dir: str | Path, log=None, ranks: Ranks | None = None):
         self.cfg = run_config
         self.ranks = ranks or Ranks.single()  # DDP: this process's rank (trainer/rl/distributed.py)
