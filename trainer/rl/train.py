@@ -272,10 +272,9 @@ class Trainer:
         return episodes, group_of
 
     def update(self, policy: Policy, rows: list[Row]) -> dict[str, dict[str, float]]:
-        """One optimizer step of `policy` on its own rows; returns per-role metrics."""
+        """One optimizer step of `policy` on its own rows (DDP: this rank's share); returns per-role metrics."""
         stats: dict[str, dict[str, float]] = {}
-        # DDP: this rank's share of the rows; sizes (loss normalisers) are the whole batch's
-        n_seq, n_tok = self.ranks.sum_floats([len(rows), sum(len(r.completion_ids) for r in rows)])
+        n_seq, n_tok = self.ranks.sum_floats([len(rows), sum(len(r.completion_ids) for r in rows)])  # DDP: all ranks'
         if not n_seq:
             return stats
         model = self.policies.model(policy.name)
@@ -593,7 +592,8 @@ def run_training(run_dir: str | Path, restart: bool = False,
             done_path = run_dir / rundir.DONE_JSON
             if done_path.exists():
                 done = json.loads(done_path.read_text())
-                if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
+                if (done.get("config_hash"), done.get("steps_done")) == (cfg["config_hash"],
+                                                                         cfg["training"]["max_steps"]):
                     return done
             try:
                 return Trainer(cfg, run_dir, ranks=ranks).fit(stop)
