@@ -142,3 +142,36 @@ def test_two_process_run_is_deterministic_and_logs_once(base_model: Path, tmp_pa
     assert (evals["n"] == SMALL["eval_problems"]).all()  # both ranks' eval shares gathered
     assert (train["n_turns"] > 0).all() and pd.notna(train["grad_norm"]).all()
     assert_same_logs(logs[0], logs[1])
+
+
+
+def failing_worker(rank: int, port: int, out_dir: str) -> None:
+    """Rank 1 dies before a collective; rank 0 records how its reduction ended."""
+    import time
+
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    if rank == 1:
+        raise SystemExit(3)
+    t0 = time.time()
+    try:
+        Ranks(0, 2, 0).sum_floats([1.0])
+        outcome = "returned"
+    except Exception as e:  # what a failed peer looks like to the survivor
+        outcome = f"{type(e).__name__}: {e}"
+    Path(out_dir, "rank0.json").write_text(json.dumps({"outcome": outcome, "s": time.time() - t0}))
+
+
+def test_a_dead_rank_fails_its_peer_at_once(tmp_path: Path) -> None:
+    """Gloo: the survivor's collective raises when its peer's connection closes (no 30-minute hang)."""
+    ctx, port = torch.multiprocessing.get_context("spawn"), free_port()
+    procs = [ctx.Process(target=failing_worker, args=(r, port, str(tmp_path))) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    alive = [p.is_alive() for p in procs]
+    for p in procs:
+        p.kill()
+    assert alive == [False, False] and procs[1].exitcode == 3
+    result = json.loads((tmp_path / "rank0.json").read_text())
+    assert result["outcome"] != "returned" and result["s"] < 60, result

@@ -178,6 +178,8 @@ def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> 
             params["comment"] = tag
         if res.get("gpus"):
             params["gpus_per_node"] = res["gpus"]
+        if tasks > 1:  # a rank that fails ends its peers at once, instead of leaving them in a collective
+            params["srun_args"] = ["--kill-on-bad-exit=1"]
         for key in ("partition", "account", "qos"):
             if launcher.get(key):
                 params[key] = launcher[key]
