@@ -508,7 +508,8 @@ class Trainer:
         Refuses a checkpoint written under another config, naming the keys that changed.
         """
         root = self.work / "checkpoints"
-        for stale in root.glob(".step-*") if self.ranks.is_main else []:  # DDP: rank 0 cleans up  # a checkpoint write or delete that was killed
+        # a checkpoint write or delete that was killed (DDP: rank 0 cleans up)
+        for stale in root.glob(".step-*") if self.ranks.is_main else []:
             self.log(f"removing incomplete checkpoint {stale}")
             shutil.rmtree(stale)
         ckpts = sorted(root.glob("step-*"))
