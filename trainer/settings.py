@@ -173,7 +173,8 @@ class ModelSettings:
 class ResourceSettings:
     """What one training job asks of the cluster."""
 
-    gpus: int = setting(0, "GPUs per job.")
+    gpus: int = setting(0, "GPUs per job: one data-parallel process per GPU (NCCL).")
+    processes: int = setting(1, "Data-parallel processes of a CPU run (gloo); with GPUs 1 or equal to gpus.")
     cpus: int = setting(1, "CPU cores per job (also the torch threads of a CPU run).")
     mem_gb: float = setting(4, "Memory per job in GiB.")
     time_min: int = setting(60, "Wall-time limit per job in minutes.")

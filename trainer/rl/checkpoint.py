@@ -76,10 +76,11 @@ def save_checkpoint(work: Path, step: int, cfg: dict[str, Any], policies: Policy
 
 
 def load_checkpoint(work: Path, cfg: dict[str, Any], policies: PolicySet, sampler: Callable[[int], dict[str, int]],
-                    log: Callable[[str], None]) -> tuple[int, dict[str, list[dict[str, Any]]]]:
+                    log: Callable[[str], None], clean_up: bool = True) -> tuple[int, dict[str, list[dict[str, Any]]]]:
     """Restore the newest whole checkpoint into `policies` and the RNGs; return its step and its logs
-    up to that step (0 and no logs: start afresh). Refuses one written under another config."""
-    for stale in rundir.incomplete_checkpoints(work):  # a checkpoint write or delete that was killed
+    up to that step (0 and no logs: start afresh). Refuses one written under another config.
+    `clean_up`: remove incomplete checkpoints first (in a data-parallel run, rank 0 alone)."""
+    for stale in rundir.incomplete_checkpoints(work) if clean_up else []:  # a checkpoint write or delete that was killed
         log(f"removing incomplete checkpoint {stale}")
         shutil.rmtree(stale)
     ckpts = rundir.checkpoints(work)

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
+from trainer.rl.distributed import Ranks, device_of, process_group, rank_seed
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, pause_for_tests, sampler_state, save_checkpoint
 from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.policies import Policy, PolicySet, routing_table
@@ -34,7 +35,7 @@ from trainer.rl.update import GradientRecorder, PolicyUpdater, Row, collate, mic
 from trainer.settings import RunSettings
 from trainer.sweep import rundir
 from trainer.tasks import Problem, get_task, load_problems
-from trainer.workflows import Episode, make_workflow, score_episodes
+from trainer.workflows import Episode, Turn, make_workflow, score_episodes
 
 __all__ = ["GradientRecorder", "ResumeError", "Row", "Trainer", "TrainingError", "collate", "micro_batches",
            "run_training"]
@@ -67,7 +68,8 @@ class Trainer:
     """
 
     def __init__(self, settings: RunSettings | dict[str, Any], run_dir: str | Path, log=None, *,
-                 model: torch.nn.Module | None = None, tokenizer: Any = None):
+                 model: torch.nn.Module | None = None, tokenizer: Any = None, ranks: Ranks | None = None):
+        self.ranks = ranks or Ranks.single()  # DDP: this process's rank (trainer/rl/distributed.py)
         self.settings = settings if isinstance(settings, RunSettings) else RunSettings.from_dict(settings)
         self.cfg = self.settings.raw  # the config.json dict: rewritten into checkpoints as it is
         self.t = t = self.settings.training
@@ -75,16 +77,19 @@ class Trainer:
         self.work = self.run_dir / rundir.WORK_DIR
         self.work.mkdir(parents=True, exist_ok=True)
         self.log = log or (lambda msg: print(f"[{self.settings.run}] {msg}", file=sys.stderr, flush=True))
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if not self.ranks.is_main:  # DDP: rank 0 alone logs
+            self.log = lambda msg: None
+        self.device = device_of(self.ranks)  # DDP: this rank's GPU
         seed_everything(self.settings.seed)
         if self.device == "cpu":
-            torch.set_num_threads(max(1, self.settings.resources.cpus))
+            torch.set_num_threads(max(1, self.settings.resources.cpus // self.ranks.world_size))
         self.tokenizer, base = (tokenizer, model) if model is not None else self._load_base()
         self.task = get_task(self.settings.task)
         self.workflow = make_workflow(self.settings.workflow, self.cfg["workflow_params"], self.task)
         self.routing = routing_table(self.settings.policy, self.workflow.roles, t.policy_groups)
         self.policies = PolicySet(base, self.routing, t)
-        self.updater = PolicyUpdater(self.policies, t, self.tokenizer.pad_token_id, self.device)
+        self.ranks.broadcast_params([x for p in self.policies for x in p.params])  # DDP: rank 0's adapters
+        self.updater = PolicyUpdater(self.policies, t, self.tokenizer.pad_token_id, self.device, self.ranks)
         self.recorders = self.updater.recorders
         common = dict(max_new_tokens=t.max_completion_length, top_p=t.top_p, enable_thinking=t.enable_thinking,
                       device=self.device)
@@ -111,7 +116,7 @@ class Trainer:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         info = self.settings.base_model
-        dtype = getattr(torch, self.settings.model.dtype) if self.device == "cuda" else torch.float32
+        dtype = getattr(torch, self.settings.model.dtype) if self.device.startswith("cuda") else torch.float32
         tokenizer = AutoTokenizer.from_pretrained(info["path"])
         model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype).to(self.device)
         if tokenizer.pad_token_id is None:
@@ -136,15 +141,16 @@ class Trainer:
     # -- one step ---------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Episode], list[int]]:
         """The step's episodes (num_generations per prompt), scored, with rewards and advantages."""
-        torch.manual_seed(step_seed(self.settings.seed, step))
+        torch.manual_seed(rank_seed(step_seed(self.settings.seed, step), self.ranks.rank))
         prompts = self.prompts_for_step(step)
         g = self.t.num_generations
-        problems = [p for p in prompts for _ in range(g)]
         group_of = [i for i in range(len(prompts)) for _ in range(g)]
         for m in self.policies.modules():
             m.eval()
-        episodes = self.workflow.run(problems, self.generate)
+        # DDP: this rank's prompts (all their generations), then every rank's episodes in rank order
+        episodes = self.workflow.run([p for p in self.ranks.shard(prompts) for _ in range(g)], self.generate)
         score_episodes(self.workflow, episodes)
+        episodes = self.ranks.all_gather(episodes)
         assign_rewards_and_advantages(self.workflow, episodes, group_of, self.t)
         return episodes, group_of
 
@@ -152,14 +158,17 @@ class Trainer:
         """One optimizer step of `policy` on its own rows; returns per-role metrics (update.py)."""
         return self.updater.update(policy, rows)
 
+    def policy_rows(self, policy: Policy, turns: list[Turn]) -> list[Row]:
+        """The step's training samples of `policy`: its roles' turns that generated tokens."""
+        return [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
+                for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
+
     def train_step(self, step: int) -> None:
         t0 = time.time()
         episodes, _ = self.rollout(step)
         turns = [t for ep in episodes for t in ep.turns]
         for policy in self.policies:
-            rows = [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
-                    for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
-            stats = self.update(policy, rows)
+            stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
             lr = policy.scheduler.get_last_lr()[0]
             for role in policy.roles:
                 rt = [t for t in turns if t.role == role]
@@ -188,9 +197,10 @@ class Trainer:
             m.eval()
         for split, problems in self.eval_splits.items():
             t0 = time.time()
-            torch.manual_seed(step_seed(self.settings.seed, step, salt=2))
-            episodes = self.workflow.run(problems, self.eval_generate)
+            torch.manual_seed(rank_seed(step_seed(self.settings.seed, step, salt=2), self.ranks.rank))
+            episodes = self.workflow.run(self.ranks.shard(problems), self.eval_generate)  # DDP: sharded
             score_episodes(self.workflow, episodes)
+            episodes = self.ranks.all_gather(episodes)
             row = {"step": step, "split": split, "n": len(episodes),
                    "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
                    "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
@@ -228,7 +238,8 @@ class Trainer:
             self.check_skipped(step)
             if self.t.is_eval_step(step):
                 self.evaluate(step)
-            stopping = stop is not None and stop.is_set() and step < max_steps
+            # DDP: submitit signals rank 0 alone; every rank stops at the same step
+            stopping = self.ranks.any_true(stop is not None and stop.is_set()) and step < max_steps
             if step % self.t.save_every == 0 or step == max_steps or stopping:
                 self.checkpoint(step)
             self.write_progress(step, "training")
@@ -256,8 +267,11 @@ class Trainer:
     def _eval_summary(self) -> str:
         last = self.eval_rows[-len(self.eval_splits):]
         return " ".join(f"{r['split']}={r['accuracy']:.3f}@{r['step']}" for r in last)
+
     def checkpoint(self, step: int) -> None:
         """Everything a resume needs under work/checkpoints/step-N (checkpoint.py), whole or absent."""
+        if not self.ranks.is_main:  # DDP: rank 0 writes; every rank holds the same state
+            return
         save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step), self.write_logs,
                         self.t.keep_last)
 
@@ -267,6 +281,8 @@ class Trainer:
 
     def write_progress(self, step: int, phase: str) -> None:
         """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
+        if not self.ranks.is_main:  # DDP: rank 0 writes
+            return
         rundir.write_json_atomic({"run": self.settings.run, "step": step, "max_steps": self.t.max_steps,
                                   "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
@@ -277,7 +293,8 @@ class Trainer:
 
         Refuses a checkpoint written under another config, naming the keys that changed.
         """
-        step, logs = load_checkpoint(self.work, self.cfg, self.policies, self.sampler_state, self.log)
+        step, logs = load_checkpoint(self.work, self.cfg, self.policies, self.sampler_state, self.log,
+                                     clean_up=self.ranks.is_main)  # DDP: rank 0 removes a partial one
         if step:
             self.train_rows, self.eval_rows, self.sample_rows = logs["train"], logs["eval"], logs["samples"]
         return step
@@ -289,12 +306,14 @@ class Trainer:
                                     directory / rundir.SAMPLES_PARQUET)
 
     def publish(self, steps_done: int, wall_time_s: float) -> dict[str, Any]:
-        """The run's logs into its directory, each atomically, and done.json last."""
-        self.write_logs(self.run_dir)
-        pause_for_tests("publish")
+        """The run's logs into its directory, each atomically, and done.json last (DDP: rank 0)."""
         done = {"run": self.settings.run, "steps_done": steps_done, "steps_expected": self.t.max_steps,
                 "config_hash": self.settings.config_hash, "wall_time_s": wall_time_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        if not self.ranks.is_main:
+            return done
+        self.write_logs(self.run_dir)
+        pause_for_tests("publish")
         rundir.write_json_atomic(done, self.run_dir / rundir.DONE_JSON)
         self.write_progress(steps_done, "done")
         self.log(f"done: {self.run_dir}")
@@ -309,26 +328,29 @@ def run_training(run_dir: str | Path, restart: bool = False,
     Holds work/train.lock while training, so a second process on the same run fails at once
     instead of writing the same checkpoints. An error is also written to work/failure.json (for
     `status`). Returns done.json's content, or None when `stop` ended the run early.
+    In a job of several tasks (resources.gpus / resources.processes), every task calls this: they
+    form the run's process group (trainer/rl/distributed.py) and rank 0 alone locks and writes.
     """
     run_dir = Path(run_dir)
     work = run_dir / rundir.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
-    with hold_run_lock(work):
-        remove_stale_temporaries(run_dir)
-        if restart:
-            shutil.rmtree(work / rundir.CHECKPOINTS_DIR, ignore_errors=True)
-        (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
-        cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
-        done_path = run_dir / rundir.DONE_JSON
-        if done_path.exists():
-            done = json.loads(done_path.read_text())
-            if rundir.run_is_done(done, cfg):
-                return done
-        try:
-            return Trainer(cfg, run_dir).fit(stop)
-        except Exception as e:
-            write_failure(work, cfg["run"], e)
-            raise
+    cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
+    with process_group(cfg["resources"], cfg["run"]) as ranks:
+        with hold_run_lock(work) if ranks.is_main else contextlib.nullcontext():
+            if ranks.is_main:
+                remove_stale_temporaries(run_dir)
+                if restart:
+                    shutil.rmtree(work / rundir.CHECKPOINTS_DIR, ignore_errors=True)
+                (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
+            ranks.barrier()  # DDP: the others read the checkpoints once rank 0 has cleaned up
+            done_path = run_dir / rundir.DONE_JSON
+            if done_path.exists() and rundir.run_is_done(json.loads(done_path.read_text()), cfg):
+                return json.loads(done_path.read_text())
+            try:
+                return Trainer(cfg, run_dir, ranks=ranks).fit(stop)
+            except Exception as e:
+                write_failure(work, cfg["run"], e)
+                raise
 
 
 class RunBusyError(RuntimeError):

@@ -3,7 +3,9 @@
 Rows are grouped by role into micro-batches (so a leaf hook can attribute each backward pass's
 gradient to one role), the GRPO token loss of grpo.py is aggregated by `loss_type`, gradients are
 clipped per policy, and a step with a non-finite loss or gradient is skipped (its rows still
-count in the logs).
+count in the logs). In a data-parallel run each rank back-propagates its share of the rows, its
+loss normalised by the whole batch's sizes, and the gradients (and each role's) are summed over
+the ranks before the clip (trainer/rl/distributed.py), so every rank steps as one process would.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.rl.distributed import Ranks
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet
 from trainer.settings import TrainingSettings
@@ -106,8 +109,10 @@ STAT_KEYS = ("loss", "entropy", "kl", "clipped", "tokens")
 class PolicyUpdater:
     """Updates the policies of a PolicySet, one at a time, recording each role's gradient."""
 
-    def __init__(self, policies: PolicySet, training: TrainingSettings, pad_id: int, device: str):
+    def __init__(self, policies: PolicySet, training: TrainingSettings, pad_id: int, device: str,
+                 ranks: Ranks | None = None):
         self.policies, self.t, self.pad_id, self.device = policies, training, pad_id, device
+        self.ranks = ranks or Ranks.single()
         self.recorders = {p.name: GradientRecorder(p.params) for p in policies}
 
     def logps(self, model: torch.nn.Module, batch: list[Row], with_entropy: bool = False):
@@ -118,15 +123,18 @@ class PolicyUpdater:
         return logps, entropy, cmask
 
     def update(self, policy: Policy, rows: list[Row]) -> dict[str, dict[str, float]]:
-        """One optimizer step of `policy` on its own rows (num_iterations passes); returns per-role metrics."""
+        """One optimizer step of `policy` on its own rows (num_iterations passes); returns per-role metrics.
+
+        Data-parallel: `rows` are this rank's share; every rank calls this for every policy."""
         stats: dict[str, dict[str, float]] = {}
-        if not rows:
+        n_seq, n_tok = self.ranks.sum_floats([len(rows), sum(len(r.completion_ids) for r in rows)])  # all ranks'
+        if not n_seq:
             return stats
         model = self.policies.model(policy.name)
         model.train()
         recorder = self.recorders[policy.name]
         recorder.reset()
-        totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
+        totals = BatchTotals(n_sequences=int(n_seq), n_tokens=int(n_tok),
                              max_completion_length=self.t.max_completion_length)
         batches = micro_batches(rows, self.t.micro_batch_tokens)
         old_logps = None
@@ -141,6 +149,8 @@ class PolicyUpdater:
                 s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
                 recorder.role = batch[0].role
                 finite &= self._backward(policy, model, batch, old_logps[bi] if old_logps else None, totals, s)
+            self.ranks.reduce_gradients(policy.params, recorder.grads, policy.roles)  # summed over ranks
+            finite = self.ranks.all_true(finite)
             grad_metrics = recorder.metrics()
             total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t.max_grad_norm)
             finite &= bool(torch.isfinite(total_norm))
@@ -148,6 +158,7 @@ class PolicyUpdater:
                 policy.optimizer.step()
             policy.optimizer.zero_grad(set_to_none=True)
             policy.scheduler.step()
+        self.ranks.reduce_role_stats(stats, policy.roles)  # the whole batch's loss terms
         for role, s in stats.items():
             s.update(grad_metrics.get(role, {}))
             s["skipped"] = not finite

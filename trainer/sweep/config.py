@@ -242,6 +242,18 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
     }
 
 
+def world_size_of(resources: dict[str, Any]) -> int:
+    """A run's data-parallel process count: one per GPU (`resources.gpus`), else `resources.processes`
+    (default 1). The one place that reads resources.processes (launcher and trainer/rl/distributed.py)."""
+    gpus, processes = int(resources.get("gpus") or 0), int(resources.get("processes", 1))
+    if processes < 1:
+        raise ConfigError(f"resources.processes: {processes}; at least 1")
+    if gpus and processes not in (1, gpus):
+        raise ConfigError(f"resources.processes: {processes} with resources.gpus: {gpus}; a GPU run has one "
+                          f"process per GPU: drop resources.processes or set it to {gpus}")
+    return gpus or processes
+
+
 def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
     """The part of a run config that decides its results (not where it runs, nor how long a build took)."""
     view = {k: run_config.get(k) for k in HASHED_KEYS}

@@ -38,7 +38,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from trainer.settings import LauncherSettings, ResourceSettings, from_dict
 from trainer.sweep import rundir
-from trainer.sweep.config import checkpoint_config, config_hash, resume_conflict
+from trainer.sweep.config import checkpoint_config, config_hash, resume_conflict, world_size_of
 from trainer.workflows import role_facts
 
 LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
@@ -140,25 +140,36 @@ def launcher_settings(cfg: dict[str, Any]) -> LauncherSettings:
 
 
 def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> submitit.Executor:
-    """The submitit executor of the run's backend, with the run's resources."""
+    """The submitit executor of the run's backend, with the run's resources.
+
+    A data-parallel run is one job of `world_size_of(resources)` tasks on one node (a process per
+    GPU, or resources.processes on CPU), which form its process group (trainer/rl/distributed.py);
+    the job's resources.cpus are split between them (at least one core each).
+    """
     launcher = launcher_settings(cfg)
     res = from_dict(ResourceSettings, cfg["resources"], "resources")
     backend = launcher.backend
+    tasks = world_size_of(cfg["resources"])
     if backend == "debug":
+        if tasks > 1:
+            raise LaunchError(f"run {cfg['run']}: launcher.backend debug runs one process, but resources ask for "
+                              f"{tasks}; use the local or slurm backend")
         return submitit.DebugExecutor(folder=str(folder))
     if backend == "local":
         ex = submitit.LocalExecutor(folder=str(folder))
-        ex.update_parameters(timeout_min=res.time_min)
+        ex.update_parameters(timeout_min=res.time_min, tasks_per_node=tasks)
         return ex
     if backend == "slurm":
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=launcher.max_num_timeout)
-        params: dict[str, Any] = {"job_name": cfg["run"], "time": res.time_min, "cpus_per_task": res.cpus,
-                                  "mem": f"{int(res.mem_gb * 1024)}M", "ntasks_per_node": 1, "nodes": 1,
+        params: dict[str, Any] = {"job_name": cfg["run"], "time": res.time_min, "cpus_per_task": max(1, res.cpus // tasks),
+                                  "mem": f"{int(res.mem_gb * 1024)}M", "ntasks_per_node": tasks, "nodes": 1,
                                   "signal_delay_s": launcher.signal_delay_s}
         if tag:
             params["comment"] = tag
         if res.gpus:
             params["gpus_per_node"] = res.gpus
+        if tasks > 1:  # a rank that fails ends its peers at once, instead of leaving them in a collective
+            params["srun_args"] = ["--kill-on-bad-exit=1"]
         for key in ("partition", "account", "qos"):
             if getattr(launcher, key):
                 params[key] = getattr(launcher, key)
@@ -362,7 +373,7 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
     try:
         if backend != "debug":
             wait_and_stream(job, launcher_settings(cfg).poll_interval_s)
-        result = job.result()
+        result = job.results()[0]  # rank 0's (a data-parallel job has a result per task)
     except LaunchError:
         raise
     except Exception as e:  # the job's own error: re-raise with where to look
