@@ -1,5 +1,6 @@
 # Config validation, the matrix, path helpers and input functions. Logic lives in `trainer`;
 # this file only names paths.
+import functools
 import json
 import shlex
 import sys
@@ -17,6 +18,7 @@ from trainer.sweep.config import (
     restart_requested,
     validate_config,
 )
+from trainer.sweep.launch import rerun_trigger_items
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.workflows import run_turns
 
@@ -79,9 +81,39 @@ def base_model_json(wildcards):
     return f"{RESULTS}/models/{parse_run_id(wildcards.run).scale}/model.json"
 
 
-def run_config_arg(wildcards):
-    """The run's resolved config, quoted for the shell."""
+def run_config_arg(wildcards, output):
+    """The run's resolved config, quoted for the shell.
+
+    It takes `output`: a derived parameter, so no rerun trigger (it holds launcher and
+    resources too); the trigger is HASHED_PARAMS.
+    """
     return shlex.quote(json.dumps(resolve_run_config(config, parse_run_id(wildcards.run)), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def run_trigger_items(run):
+    """The run's `key=value` items of its hashed config (cached: one resolve per run, not per key)."""
+    return rerun_trigger_items(resolve_run_config(config, parse_run_id(run)))
+
+
+def hashed_param(key):
+    """A param function: `key=value` of the run's hashed config, or "" where the run has no such key."""
+
+    def param(wildcards):
+        return run_trigger_items(wildcards.run).get(key, "")
+
+    return param
+
+
+# The train rule's rerun trigger: one param per leaf of the runs' hashed config (what decides
+# results), so a changed key is named in the rerun reason; launcher, resources and poll intervals
+# never rerun a finished run. `hashed_absent` keeps "" in every job's set of values, so a key
+# added for another run's sake (a new scale, task) changes nothing for this one.
+HASHED_PARAMS = {"hashed_absent": ""}
+for _run in RUNS:
+    for _key in run_trigger_items(_run):
+        _name = "hashed_" + "".join(c if c.isalnum() else "_" for c in _key)
+        HASHED_PARAMS.setdefault(_name, hashed_param(_key))
 
 
 def restart_flag(wildcards, output):

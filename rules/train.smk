@@ -1,6 +1,8 @@
 # The base model of each scale, one training job per run (submitted by trainer.launch), and
-# `snakemake status`. A run whose config changed refuses to resume; to start it afresh:
-#   snakemake --config restart=RUN            (or restart=all; a finished run also needs --forcerun)
+# `snakemake status`. A run reruns only when its hashed config changed (HASHED_PARAMS: the
+# reason names the keys), never for launcher or resources; such a run refuses to resume; to
+# start it afresh (its old checkpoints and logs are moved aside, never deleted):
+#   snakemake --config restart=RUN            (or restart=all)
 
 
 rule base_model:
@@ -36,6 +38,7 @@ rule train:
         run_dir=lambda w: run_dir(w.run),
         restart=restart_flag,
         cpu_env=cpu_env,
+        **HASHED_PARAMS,
     priority: train_priority
     threads: 1
     shell:

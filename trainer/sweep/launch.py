@@ -16,7 +16,7 @@ What survives what:
 - the job dead (scancel, node lost): a rerun submits a new job, which resumes from the newest
   checkpoint;
 - a changed config: refused before anything is submitted, naming the changed keys, unless
-  --restart (which discards only state written under another config).
+  --restart, which moves the state written under another config to work/superseded/ (kept).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from trainer.sweep import rundir
-from trainer.sweep.config import changed_keys, config_hash
+from trainer.sweep.config import changed_keys, config_hash, hashed_view
 
 LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
                      "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
@@ -45,6 +45,7 @@ VANISHED_GRACE_S = 60  # a job gone from squeue without a result file is failed 
 ENDED_GRACE_S = 20     # ... and one squeue shows ended (CANCELLED, FAILED, ...) after this long
 JOB_JSON = "job.json"
 LAUNCH_LOCK = "launch.lock"
+SUPERSEDED_DIR = "superseded"  # under work/: the state of earlier configs of a restarted run, kept
 RESTART_HINT = ("to start it afresh: `python -m trainer launch ... --restart`, or with Snakemake "
                 "`snakemake --config restart=RUN` (restart=all for every run that reruns)")
 
@@ -107,6 +108,25 @@ def resolve_run_config(run_config: dict[str, Any], base_model: dict[str, Any]) -
     return cfg
 
 
+def rerun_trigger_items(run_config: dict[str, Any]) -> dict[str, str]:
+    """`key=value` by dotted key for every leaf of the run's hashed view: the train rule's rerun trigger.
+
+    One Snakemake param per key, so a changed key shows in the rerun reason by name
+    (`before: training.learning_rate=0.002 now: ...=0.001`); launcher and resources are not in the
+    hashed view, so site settings never rerun a run. The base model is left out: model.json is an
+    input file of the rule, whose change reruns the run anyway.
+    """
+    def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(value, dict) and value:
+            for key in sorted(value):
+                yield from leaves(value[key], f"{path}{key}.")
+        else:
+            yield path.rstrip("."), value
+
+    view = {k: v for k, v in hashed_view(run_config).items() if k != "base_model"}
+    return {key: f"{key}={json.dumps(value, sort_keys=True)}" for key, value in leaves(view, "")}
+
+
 def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """config.json: the resolved run config, the base model it starts from, and the content hash."""
     cfg = resolve_run_config(run_config, base_model)
@@ -125,22 +145,36 @@ def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
 
 
 def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
-    """Why the run cannot resume under `cfg` (its checkpoint has another config hash), or None."""
+    """Why the run cannot resume under `cfg` (its checkpoint has another config hash), or None.
+
+    The message names the changed keys and where the old run's logs are kept (its newest
+    checkpoint holds train/eval/samples parquet: Snakemake deletes the published ones before a rerun).
+    """
     found = checkpoint_config(work)
     if found is None or found[1]["config_hash"] == cfg["config_hash"]:
         return None
     path, old = found
     keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
-    return f"its checkpoint {path} was written under another config; changed: {keys}"
+    return (f"its checkpoint {path} was written under another config; changed: {keys}. Its logs up to that step "
+            f"are kept there (train/eval/samples parquet)")
 
 
-def discard_run_state(run_dir: Path) -> None:
-    """Delete what a run computed (checkpoints, progress, failure, published logs); keep the job records."""
+def set_aside_run_state(run_dir: Path, old_hash: str) -> Path:
+    """Move what a run computed under config `old_hash` (checkpoints, progress, failure, published
+    logs) to work/superseded/config-HASH[-N]/ and return that folder: a restart loses nothing."""
     work = run_dir / rundir.WORK_DIR
-    shutil.rmtree(work / "checkpoints", ignore_errors=True)
-    for path in (work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON, run_dir / rundir.DONE_JSON,
-                 run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET, run_dir / rundir.SAMPLES_PARQUET):
-        path.unlink(missing_ok=True)
+    dest = work / SUPERSEDED_DIR / f"config-{old_hash}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = work / SUPERSEDED_DIR / f"config-{old_hash}-{n}"
+    dest.mkdir(parents=True)
+    for path in (work / "checkpoints", work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON,
+                 run_dir / rundir.DONE_JSON, run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET,
+                 run_dir / rundir.SAMPLES_PARQUET):
+        if path.exists():
+            shutil.move(str(path), str(dest / path.name))
+    return dest
 
 
 def job_tag(run: str, run_dir: Path) -> str:
@@ -339,8 +373,9 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
     if conflict and not restart:
         raise LaunchError(f"run {cfg['run']}: cannot resume: {conflict}. Restore the config, or {RESTART_HINT}")
     if conflict:
-        log(cfg, f"restart: discarding its state ({conflict})")
-        discard_run_state(run_dir)
+        old_hash = checkpoint_config(work)[1]["config_hash"]
+        kept = set_aside_run_state(run_dir, old_hash)
+        log(cfg, f"restart: {conflict}; its state and logs are moved to {kept}, the run starts afresh")
     elif restart and checkpoint_config(work) is not None:
         log(cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start "
                  f"from zero)")
