@@ -19,6 +19,7 @@ from trainer.sweep.config import (
     validate_config,
 )
 from trainer.sweep.launch import rerun_trigger_items
+from trainer.sweep.prefetch import dataset_key, hf_dataset_specs, needs_model_prefetch
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.workflows import run_turns
 
@@ -79,6 +80,24 @@ def train_priority(wildcards):
 
 def base_model_json(wildcards):
     return f"{RESULTS}/models/{parse_run_id(wildcards.run).scale}/model.json"
+
+
+def prefetch_inputs(wildcards):
+    """The prefetch JSONs a run's train job needs: its scale's model (a hub id or local path; not
+    `tiny`) and every hub dataset of its task. The launcher pins what they say into config.json."""
+    rc = resolve_run_config(config, parse_run_id(wildcards.run))
+    files = [f"{RESULTS}/prefetch/models/{rc['scale']}.json"] if needs_model_prefetch(rc["model"]["name"]) else []
+    files += [f"{RESULTS}/prefetch/datasets/{dataset_key(s['path'])}.json" for s in hf_dataset_specs(rc["task_params"])]
+    return sorted(set(files))
+
+
+def hub_dataset_id(wildcards):
+    """The dataset id of a prefetch_dataset job (its file name spells `/` as `--`)."""
+    ids = {s["path"] for r in RUNS for s in hf_dataset_specs(resolve_run_config(config, parse_run_id(r))["task_params"])}
+    found = [i for i in ids if dataset_key(i) == wildcards.dataset]
+    if not found:
+        raise ValueError(f"prefetch_dataset: no hub dataset of the matrix is spelled {wildcards.dataset!r}")
+    return shlex.quote(found[0])
 
 
 def run_config_arg(wildcards, output):

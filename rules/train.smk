@@ -20,9 +20,36 @@ rule base_model:
         "{params.cpu_env} python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
 
 
+# Login-node downloads before the first train job that needs them: train jobs run offline and
+# their configs pin the commit these rules resolve (a local path: its content hash).
+rule prefetch_model:
+    output:
+        f"{RESULTS}/prefetch/models/{{scale}}.json",
+    log:
+        f"{RESULTS}/logs/prefetch/models/{{scale}}.log",
+    params:
+        model=lambda w: shlex.quote(config["scales"][w.scale]["model"]),
+    localrule: True
+    shell:
+        "python -m trainer prefetch --model {params.model} --out {output} 2>&1 | tee {log}"
+
+
+rule prefetch_dataset:
+    output:
+        f"{RESULTS}/prefetch/datasets/{{dataset}}.json",
+    log:
+        f"{RESULTS}/logs/prefetch/datasets/{{dataset}}.log",
+    params:
+        dataset=hub_dataset_id,
+    localrule: True
+    shell:
+        "python -m trainer prefetch --dataset {params.dataset} --out {output} 2>&1 | tee {log}"
+
+
 rule train:
     input:
         base_model=base_model_json,
+        prefetch=prefetch_inputs,
     output:
         config=f"{RESULTS}/runs/{{run}}/config.json",
         train=f"{RESULTS}/runs/{{run}}/train.parquet",
@@ -42,7 +69,8 @@ rule train:
     priority: train_priority
     threads: 1
     shell:
-        "{params.cpu_env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
+        "{params.cpu_env} env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m trainer launch"
+        " --run-config {params.run_config} --base-model {input.base_model} --prefetched {input.prefetch}"
         " --run-dir {params.run_dir} {params.restart} 2>&1 | tee {log}"
 
 

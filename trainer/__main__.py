@@ -2,6 +2,7 @@
 
     python -m trainer base-model --spec JSON --out results/models/tiny/model.json
     python -m trainer launch --run-config JSON --base-model MODEL_JSON --run-dir results/runs/RUN
+    python -m trainer prefetch --model Qwen/Qwen3-0.6B --out results/prefetch/models/qwen3-0.6b.json
     python -m trainer train --run-dir results/runs/RUN
     python -m trainer runs [--config config.yaml] [--matrix paper]
     python -m trainer status [--config-file config.yaml] [--config matrix=paper] [--json]
@@ -46,6 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--restart", action="store_true",
                    help="start afresh where the run's checkpoints or live job are of another config (state of the "
                         "current config is resumed, never discarded)")
+    p.add_argument("--prefetched", nargs="*", default=[],
+                   help="the prefetch rules' JSON files of the run's model and datasets (pinned into its config)")
+    p = sub.add_parser("prefetch", help="fetch a model or dataset into the Hugging Face cache (login node), write "
+                                        "its commit or content hash")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="a hub id or a local path")
+    what.add_argument("--dataset", help="a hub dataset id or a local path")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--out", required=True, help="the JSON to write")
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
     p = sub.add_parser("runs", help="list the run ids of a matrix")
@@ -78,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.sweep.launch import LaunchError, launch
 
         try:
-            launch(args.run_config, args.base_model, args.run_dir, restart=args.restart)
+            launch(args.run_config, args.base_model, args.run_dir, restart=args.restart, prefetched=args.prefetched)
         except LaunchError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+    elif args.command == "prefetch":
+        return prefetch_command(args)
     elif args.command == "train":
         from trainer.rl.train import run_training
 
@@ -99,6 +111,24 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, schema_path)
         for run in expand_matrix(config, args.matrix):
             print(run)
+    return 0
+
+
+def prefetch_command(args: argparse.Namespace) -> int:
+    """`python -m trainer prefetch`: fetch (or hash) one model or dataset, write what was pinned."""
+    from trainer.sweep.prefetch import PrefetchError, prefetch
+    from trainer.sweep.rundir import write_json_atomic
+
+    kind, name = ("model", args.model) if args.model else ("dataset", args.dataset)
+    try:
+        info = prefetch(name, kind, args.revision)
+    except PrefetchError as e:
+        print(f"error: prefetch of {e}", file=sys.stderr)
+        return 1
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(info, args.out)
+    print(f"{kind} {name}: " + (f"revision {info['revision']}" if "revision" in info else
+                                 f"content hash {info['content_hash']}"))
     return 0
 
 

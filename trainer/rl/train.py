@@ -33,6 +33,7 @@ from trainer.sweep.config import changed_keys, is_eval_step
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
+from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Turn, Workflow, make_workflow, score_episodes
 
@@ -44,13 +45,6 @@ class ResumeError(RuntimeError):
 class TrainingError(RuntimeError):
     """A run that cannot go on (e.g. too many steps with a non-finite loss or gradient)."""
 
-
-def pause_for_tests(point: str) -> None:
-    """TEST HOOK, off unless set: sleep TRAINER_TEST_PAUSE_S seconds at each `point` named in
-    TRAINER_TEST_PAUSE_AT (comma list of checkpoint, publish, step), so that a test can kill the
-    process inside that window (e.g. while a checkpoint is half-written)."""
-    if point in os.environ.get("TRAINER_TEST_PAUSE_AT", "").split(","):
-        time.sleep(float(os.environ.get("TRAINER_TEST_PAUSE_S", "1")))
 
 
 def seed_everything(seed: int) -> None:
@@ -208,10 +202,11 @@ class Trainer:
         common = dict(max_new_tokens=self.t["max_completion_length"], top_p=self.t["top_p"],
                       enable_thinking=self.t["enable_thinking"], device=self.device)
         backend = self.t.get("generation_backend", "hf")
-        self.generate = make_generator(backend, self.policies, self.tokenizer, temperature=self.t["temperature"],
-                                       **common)
-        self.eval_generate = make_generator(backend, self.policies, self.tokenizer,
-                                            temperature=self.t["eval_temperature"], **common)
+        self.generate = StoppableGenerator(make_generator(backend, self.policies, self.tokenizer,
+                                                          temperature=self.t["temperature"], **common))
+        self.eval_generate = StoppableGenerator(make_generator(backend, self.policies, self.tokenizer,
+                                                               temperature=self.t["eval_temperature"], **common))
+        self.timings = {"update_s": 0.0, "checkpoint_s": 0.0}  # the longest seen: what a signal must wait for
         params = run_config["task_params"]
         self.train_problems = load_problems(run_config["task"], params["train"], "train")
         self.eval_splits = {}
@@ -228,8 +223,9 @@ class Trainer:
 
         info = self.cfg["base_model"]
         dtype = getattr(torch, self.cfg["model"]["dtype"]) if self.device == "cuda" else torch.float32
-        tokenizer = AutoTokenizer.from_pretrained(info["path"])
-        model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype).to(self.device)
+        revision = self.cfg["model"].get("revision")  # pinned by the prefetch rule (hub ids only)
+        tokenizer = AutoTokenizer.from_pretrained(info["path"], revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype, revision=revision).to(self.device)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         if self.t.get("gradient_checkpointing"):
@@ -329,6 +325,7 @@ class Trainer:
     def train_step(self, step: int) -> None:
         t0 = time.time()
         episodes, _ = self.rollout(step)
+        t_update = time.time()
         turns = [t for ep in episodes for t in ep.turns]
         for policy in self.policies:
             rows = [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
@@ -354,10 +351,13 @@ class Trainer:
                     "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
                 })
+        self.timings["update_s"] = max(self.timings["update_s"], time.time() - t_update)
 
     # -- evaluation -------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, step: int) -> None:
+        """Evaluate every split; the rows are kept only once all splits are done (a stop abandons them)."""
+        eval_rows, sample_rows = [], []
         for m in self.policies.modules():
             m.eval()
         for split, problems in self.eval_splits.items():
@@ -369,53 +369,75 @@ class Trainer:
                    "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
                    "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
                    **self.workflow.diagnostics(episodes), "time_s": time.time() - t0}
-            self.eval_rows.append(row)
+            eval_rows.append(row)
             keep = random.Random(step_seed(self.cfg["seed"], step, salt=3)).sample(
                 range(len(episodes)), min(self.t["samples_per_eval"], len(episodes)))
             for e in sorted(keep):
                 ep = episodes[e]
                 for k, turn in enumerate(ep.turns):
-                    self.sample_rows.append({
+                    sample_rows.append({
                         "step": step, "split": split, "episode": e, "problem_id": ep.problem.id, "turn": k,
                         "role": turn.role, "agent": turn.agent, "prompt": turn.prompt,
                         "completion": turn.completion.text, "reward": float(ep.score.score if ep.score else 0.0),
                         "final_answer": self.task.extract_answer(ep.final_text) or "", "correct": ep.correct})
+        self.eval_rows += eval_rows
+        self.sample_rows += sample_rows
 
     # -- the loop ---------------------------------------------------------------------------
     def fit(self, stop: threading.Event | None = None) -> dict[str, Any] | None:
         """Resume or start, train to max_steps, publish; return done.json's content.
 
-        When `stop` is set (the job was signalled: SLURM timeout or preemption), the loop
-        checkpoints at the end of the current step and returns None; the requeued job resumes there.
+        When `stop` is set (the job was signalled: SLURM timeout, preemption or requeue), a rollout or
+        eval in progress is abandoned at its next generation call, the state after the last completed
+        step is checkpointed (an eval it owes is redone on resume) and None is returned.
         """
         max_steps, t_start = self.t["max_steps"], time.time()
-        start = self.resume()
+        self.generate.stop = self.eval_generate.stop = stop
+        start = completed = self.resume()
         self.write_progress(start, "started")
-        if start == 0:
-            self.evaluate(0)
-            self.log(f"step 0/{max_steps} eval " + self._eval_summary())
-        for step in range(start + 1, max_steps + 1):
-            tokens_before = self.generate.generated_tokens
-            t0 = time.time()
-            self.train_step(step)
-            pause_for_tests("step")
-            self.check_skipped(step)
-            if is_eval_step(step, self.t):
-                self.evaluate(step)
-            stopping = stop is not None and stop.is_set() and step < max_steps
-            if step % self.t["save_every"] == 0 or step == max_steps or stopping:
-                self.checkpoint(step)
-            self.write_progress(step, "training")
-            if stopping:
-                self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
-                return None
-            elapsed = time.time() - t_start
-            rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
-            tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
-            left = elapsed / (step - start) * (max_steps - step)
-            self.log(f"step {step}/{max_steps} reward {rewards} | eval {self._eval_summary()} | "
-                     f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
+        try:
+            if is_eval_step(start, self.t) and not any(r["step"] == start for r in self.eval_rows):
+                self.evaluate(start)  # step 0, or a step whose eval a signal cut short
+                self.log(f"step {start}/{max_steps} eval " + self._eval_summary())
+            for step in range(start + 1, max_steps + 1):
+                tokens_before = self.generate.generated_tokens
+                t0 = time.time()
+                self.train_step(step)
+                completed = step
+                pause_for_tests("step")
+                self.check_skipped(step)
+                if is_eval_step(step, self.t):
+                    self.evaluate(step)
+                stopping = stop is not None and stop.is_set() and step < max_steps
+                if step % self.t["save_every"] == 0 or step == max_steps or stopping:
+                    self.checkpoint(step)
+                self.write_progress(step, "training")
+                if stopping:
+                    self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
+                    return None
+                self.log_step(step, start, t_start, t0, tokens_before)
+        except StopRequested:
+            self.save_on_stop(completed)
+            return None
         return self.publish(max_steps, time.time() - t_start)
+
+    def log_step(self, step: int, start: int, t_start: float, t0: float, tokens_before: int) -> None:
+        """The progress line of a finished step."""
+        elapsed = time.time() - t_start
+        rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
+        tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
+        left = elapsed / (step - start) * (self.t["max_steps"] - step)
+        self.log(f"step {step}/{self.t['max_steps']} reward {rewards} | eval {self._eval_summary()} | "
+                 f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
+
+    def save_on_stop(self, completed: int) -> None:
+        """Checkpoint the state after step `completed` (unless saved already): what a signal keeps."""
+        saved = (self.work / "checkpoints" / f"step-{completed:06d}").exists()
+        if not saved and (completed > 0 or self.eval_rows):
+            self.checkpoint(completed)
+        self.write_progress(completed, "stopped")
+        self.log(f"step {completed}/{self.t['max_steps']}: the job was signalled; the step in progress was "
+                 f"abandoned, checkpoint step-{completed:06d} holds every completed step, stopping")
 
     def check_skipped(self, step: int) -> None:
         """Log a skipped update; fail once more than `max_skipped` steps were skipped."""
@@ -437,6 +459,7 @@ class Trainer:
 
         Written under a temporary name and renamed, so a checkpoint is either whole or absent.
         """
+        t_ckpt = time.time()
         root = self.work / "checkpoints"
         final = root / f"step-{step:06d}"
         tmp = root / f".step-{step:06d}.tmp"
@@ -457,6 +480,7 @@ class Trainer:
         self.write_logs(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+        self.timings["checkpoint_s"] = max(self.timings["checkpoint_s"], time.time() - t_ckpt)
         for old in sorted(root.glob("step-*"))[: -self.t["keep_last"]]:
             # renamed first, so a kill during the delete never leaves a partial step-* behind
             doomed = root / f".{old.name}.deleting"
@@ -478,6 +502,7 @@ class Trainer:
         """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
         rundir.write_json_atomic({"run": self.cfg["run"], "step": step, "max_steps": self.t["max_steps"],
                                   "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
+                                  **{k: round(v, 3) for k, v in self.timings.items()},
                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                                  self.work / rundir.PROGRESS_JSON)
 
