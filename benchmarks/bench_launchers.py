@@ -109,6 +109,14 @@ def measure(mode: str, ids: list[str], tmp: Path, poll: float, window: float) ->
             "rss_mean_mb": sum(rss) / len(rss), "rss_total_mb": sum(rss)}
 
 
+def import_rss_mb(modules: str) -> float:
+    """Resident memory of a Python process once it has imported `modules` (a comma list)."""
+    code = f"import {modules}; from pathlib import Path; print(Path('/proc/self/status').read_text())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    return next(int(line.split()[1]) / 1024 for line in out.splitlines() if line.startswith("VmRSS:"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=100)
@@ -135,6 +143,10 @@ def main() -> None:
                                                                     1e-9)
     print(f"ratio of scheduler calls, one-per-launcher / shared: {calls:.1f}x "
           f"(ideal {args.runs}x: one call per poll interval for the sweep)")
+    before = import_rss_mb("pandas, pyarrow.parquet, trainer.sweep.launch")  # rundir imported them eagerly
+    now = import_rss_mb("trainer.sweep.launch")
+    print(f"launcher imports: {now:.0f} MB now, {before:.0f} MB with pandas/pyarrow as before "
+          f"({before / now:.1f}x; torch never imported)")
     shutil.rmtree(tmp, ignore_errors=True)
 
 

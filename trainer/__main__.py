@@ -40,22 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("base-model", help="resolve or build a scale's base model")
     p.add_argument("--spec", type=_json_arg, required=True, help="the scale's spec (JSON or @file)")
     p.add_argument("--out", required=True, help="model.json to write")
-    p = sub.add_parser("launch", help="submit one run with submitit and wait for it")
-    p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
-    p.add_argument("--base-model", required=True, help="the scale's model.json")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--restart", action="store_true",
-                   help="start afresh where the run's checkpoints or live job are of another config (state of the "
-                        "current config is resumed, never discarded)")
-    p.add_argument("--prefetched", nargs="*", default=[],
-                   help="the prefetch rules' JSON files of the run's model and datasets (pinned into its config)")
-    p = sub.add_parser("prefetch", help="fetch a model or dataset into the Hugging Face cache (login node), write "
-                                        "its commit or content hash")
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--model", help="a hub id or a local path")
-    what.add_argument("--dataset", help="a hub dataset id or a local path")
-    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
-    p.add_argument("--out", required=True, help="the JSON to write")
+    add_launch_parser(sub)
+    add_prefetch_parser(sub)
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
     p = sub.add_parser("runs", help="list the run ids of a matrix")
@@ -112,6 +98,30 @@ def main(argv: list[str] | None = None) -> int:
         for run in expand_matrix(config, args.matrix):
             print(run)
     return 0
+
+
+def add_launch_parser(sub: argparse._SubParsersAction) -> None:
+    """The `launch` subcommand's arguments."""
+    p = sub.add_parser("launch", help="submit one run with submitit and wait for it")
+    p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
+    p.add_argument("--base-model", required=True, help="the scale's model.json")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--restart", action="store_true",
+                   help="start afresh where the run's checkpoints or live job are of another config (state of the "
+                        "current config is resumed, never discarded)")
+    p.add_argument("--prefetched", nargs="*", default=[],
+                   help="the prefetch rules' JSON files of the run's model and datasets (pinned into its config)")
+
+
+def add_prefetch_parser(sub: argparse._SubParsersAction) -> None:
+    """The `prefetch` subcommand's arguments."""
+    p = sub.add_parser("prefetch", help="fetch a model or dataset into the Hugging Face cache (login node), write "
+                                        "its commit or content hash")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="a hub id or a local path")
+    what.add_argument("--dataset", help="a hub dataset id or a local path")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--out", required=True, help="the JSON to write")
 
 
 def prefetch_command(args: argparse.Namespace) -> int:

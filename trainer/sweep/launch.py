@@ -3,7 +3,7 @@
     python -m trainer launch --run-config JSON --base-model results/models/tiny/model.json \
         --run-dir results/runs/voting-math-tiny-shared-s0 [--restart]
 
-writes the run's config.json (with its hash), submits the training job (its folder under the
+writes the run's config.json (with its hash and the revisions that --prefetched JSONs pin), submits the training job (its folder under the
 run's work/), records the job in work/job.json, streams the job's log, and exits non-zero with
 the job's error and the tail of its log if it fails.
 
@@ -11,8 +11,8 @@ What survives what:
 - the launcher killed and rerun while its job lives: the rerun re-attaches (work/job.json, or
   squeue by the job's comment, which names the run directory) instead of submitting a second job;
   work/launch.lock makes find-or-submit one step, so two launchers never both submit;
-- the job's SLURM time limit or a preemption: the job is `Checkpointable`; on submitit's signal it
-  checkpoints at the end of the current step and requeues itself; the launcher keeps waiting;
+- the job's SLURM time limit, a preemption or `scontrol requeue`: the job (train_job.TrainJob) stops
+  where it is, checkpoints its last completed step and is requeued; the launcher keeps waiting;
 - the job dead (scancel, node lost): a rerun submits a new job, which resumes from the newest
   checkpoint;
 - a changed config: refused before anything is submitted, naming the changed keys, unless
