@@ -1,5 +1,6 @@
 # Config validation, the matrix, path helpers and input functions. Logic lives in `trainer`;
 # this file only names paths.
+import functools
 import json
 import shlex
 import sys
@@ -15,6 +16,8 @@ from trainer.sweep.config import (
     restart_requested,
     validate_config,
 )
+from trainer.sweep.launch import rerun_trigger_items
+from trainer.sweep.prefetch import dataset_key, hf_dataset_specs, needs_model_prefetch
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.sweep.cost import run_turns
 
@@ -64,9 +67,57 @@ def base_model_json(wildcards):
     return f"{RESULTS}/models/{parse_run_id(wildcards.run).scale}/model.json"
 
 
-def run_config_arg(wildcards):
-    """The run's resolved config, quoted for the shell."""
+def prefetch_inputs(wildcards):
+    """The prefetch JSONs a run's train job needs: its scale's model (a hub id or local path; not
+    `tiny`) and every hub dataset of its task. The launcher pins what they say into config.json."""
+    rc = resolve_run_config(config, parse_run_id(wildcards.run))
+    files = [f"{RESULTS}/prefetch/models/{rc['scale']}.json"] if needs_model_prefetch(rc["model"]["name"]) else []
+    files += [f"{RESULTS}/prefetch/datasets/{dataset_key(s['path'])}.json" for s in hf_dataset_specs(rc["task_params"])]
+    return sorted(set(files))
+
+
+def hub_dataset_id(wildcards):
+    """The dataset id of a prefetch_dataset job (its file name spells `/` as `--`)."""
+    ids = {s["path"] for r in RUNS for s in hf_dataset_specs(resolve_run_config(config, parse_run_id(r))["task_params"])}
+    found = [i for i in ids if dataset_key(i) == wildcards.dataset]
+    if not found:
+        raise ValueError(f"prefetch_dataset: no hub dataset of the matrix is spelled {wildcards.dataset!r}")
+    return shlex.quote(found[0])
+
+
+def run_config_arg(wildcards, output):
+    """The run's resolved config, quoted for the shell.
+
+    It takes `output`: a derived parameter, so no rerun trigger (it holds launcher and
+    resources too); the trigger is HASHED_PARAMS.
+    """
     return shlex.quote(json.dumps(resolve_run_config(config, parse_run_id(wildcards.run)), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def run_trigger_items(run):
+    """The run's `key=value` items of its hashed config (cached: one resolve per run, not per key)."""
+    return rerun_trigger_items(resolve_run_config(config, parse_run_id(run)))
+
+
+def hashed_param(key):
+    """A param function: `key=value` of the run's hashed config, or "" where the run has no such key."""
+
+    def param(wildcards):
+        return run_trigger_items(wildcards.run).get(key, "")
+
+    return param
+
+
+# The train rule's rerun trigger: one param per leaf of the runs' hashed config (what decides
+# results), so a changed key is named in the rerun reason; launcher, resources and poll intervals
+# never rerun a finished run. `hashed_absent` keeps "" in every job's set of values, so a key
+# added for another run's sake (a new scale, task) changes nothing for this one.
+HASHED_PARAMS = {"hashed_absent": ""}
+for _run in RUNS:
+    for _key in run_trigger_items(_run):
+        _name = "hashed_" + "".join(c if c.isalnum() else "_" for c in _key)
+        HASHED_PARAMS.setdefault(_name, hashed_param(_key))
 
 
 def restart_flag(wildcards, output):

@@ -1,7 +1,9 @@
 # The base model of each scale, one training job per run (submitted by trainer.launch, so a local
-# rule: on a cluster it only submits and waits), and
-# `snakemake status`. A run whose config changed refuses to resume; to start it afresh:
-#   snakemake --config restart=RUN            (or restart=all; a finished run also needs --forcerun)
+# rule: on a cluster it only submits and waits), and `snakemake status`. A run reruns only when
+# its hashed config changed (HASHED_PARAMS: the reason names the keys), never for launcher or
+# resources; such a run refuses to resume; to start it afresh (its old checkpoints and logs are
+# moved aside, never deleted):
+#   snakemake --config restart=RUN            (or restart=all)
 
 
 rule base_model:
@@ -21,9 +23,40 @@ rule base_model:
         "{params.env} python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
 
 
+# Login-node downloads before the first train job that needs them: train jobs run offline and
+# their configs pin the commit these rules resolve (a local path: its content hash).
+rule prefetch_model:
+    output:
+        f"{RESULTS}/prefetch/models/{{scale}}.json",
+    log:
+        f"{RESULTS}/logs/prefetch/models/{{scale}}.log",
+    params:
+        model=lambda w: shlex.quote(config["scales"][w.scale]["model"]),
+    localrule: True
+    conda:
+        "../envs/trainer.yaml"
+    shell:
+        "python -m trainer prefetch --model {params.model} --out {output} 2>&1 | tee {log}"
+
+
+rule prefetch_dataset:
+    output:
+        f"{RESULTS}/prefetch/datasets/{{dataset}}.json",
+    log:
+        f"{RESULTS}/logs/prefetch/datasets/{{dataset}}.log",
+    params:
+        dataset=hub_dataset_id,
+    localrule: True
+    conda:
+        "../envs/trainer.yaml"
+    shell:
+        "python -m trainer prefetch --dataset {params.dataset} --out {output} 2>&1 | tee {log}"
+
+
 rule train:
     input:
         base_model=base_model_json,
+        prefetch=prefetch_inputs,
     output:
         config=f"{RESULTS}/runs/{{run}}/config.json",
         train=f"{RESULTS}/runs/{{run}}/train.parquet",
@@ -44,8 +77,10 @@ rule train:
         run_dir=lambda w: run_dir(w.run),
         restart=restart_flag,
         env=scale_env,
+        **HASHED_PARAMS,
     shell:
-        "{params.env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
+        "{params.env} env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m trainer launch"
+        " --run-config {params.run_config} --base-model {input.base_model} --prefetched {input.prefetch}"
         " --run-dir {params.run_dir} {params.restart} 2>&1 | tee {log}"
 
 

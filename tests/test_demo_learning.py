@@ -17,7 +17,7 @@ import pytest
 
 from tests.resilience import tiny_base_model, tiny_run_config
 from trainer.sweep.launch import write_run_config
-from trainer.rl.train import run_training
+from trainer.rl.run import run_training
 
 RUN = "single-code-tiny-shared-s0"
 WARM_START_STEPS = 300

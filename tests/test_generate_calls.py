@@ -138,7 +138,7 @@ def test_generation_backend_key_picks_the_rollout_backend(model_dir, tmp_path, m
 
     run = "single-math-qwen3-0.6b-shared-s0"
     trainer = Trainer(real_scale_config(model_dir, run, tmp_path / "hf"), tmp_path / "hf")
-    assert type(trainer.generate) is type(trainer.eval_generate) is rollout.HFGenerator
+    assert type(trainer.generate.inner) is type(trainer.eval_generate.inner) is rollout.HFGenerator  # under the stop check
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(rollout.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else
                         real_find_spec(name, *a))

@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 from tests.resilience import (assert_nothing_partial, assert_same_logs, progress_step, published_logs,
                               start_trainer, tiny_base_model, tiny_run_config, trainer_env, wait_for)
 from trainer.sweep.launch import write_run_config
-from trainer.rl.train import run_training
+from trainer.rl.run import run_training
 
 RUN = "voting-math-tiny-isolated-s0"
 SCHEDULE = {"max_steps": 6, "eval_every": 2, "save_every": 2, "keep_last": 2, "eval_problems": 12}

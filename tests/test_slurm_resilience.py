@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from tests.resilience import assert_nothing_partial, tiny_base_model, tiny_run_config, trainer_env, wait_for
+from tests.resilience import (assert_nothing_partial, assert_same_logs, progress_step, published_logs, start_trainer,
+                              tiny_base_model, tiny_run_config, trainer_env, wait_for)
 from trainer.sweep import rundir
 from trainer.sweep.launch import LIVE_SLURM_STATES, job_tag
 
@@ -136,7 +138,7 @@ def test_timeout_requeues_and_finishes_whole(tmp_path_factory, tmp_path: Path) -
     took = time.time() - t0
     text = job_log(run_dir)
     assert "DUE TO JOB REQUEUE" in text, f"SLURM never requeued the job:\n{text[-3000:]}"
-    assert "signalled: stopping at the end of the step" in text, text[-3000:]
+    assert "signalled: stopping now" in text, text[-3000:]
     assert "resumed from step-" in text, f"no resume after the requeue:\n{text[-3000:]}"
     assert_nothing_partial(run_dir)
     train = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET)
@@ -209,3 +211,35 @@ def test_cancelled_job_resubmits_and_resumes(tmp_path_factory, tmp_path: Path) -
     assert len(train) == train["step"].nunique() * train["role"].nunique()
     assert sorted(train["step"].unique()) == list(range(1, steps + 1))
     assert list(pd.read_parquet(run_dir / rundir.EVAL_PARQUET)["step"]) == [0, 10, 20, 30]
+
+
+def test_requeue_mid_step_resumes_after_the_last_completed_step(tmp_path_factory, tmp_path: Path) -> None:
+    """`scontrol requeue` (SLURM's preemption path: SIGTERM, SIGKILL KillWait = 5 s later) in the middle
+    of step 3, a rollout longer than that grace and no periodic checkpoint: the job abandons the
+    rollout, checkpoints step 2 on the signal, the requeued job resumes at step 3, and the final
+    logs equal an uninterrupted run's."""
+    base = tiny_base_model(tmp_path_factory)
+    run_dir, log = tmp_path / RUN, tmp_path / "launch.log"
+    rc = slurm_config({"max_steps": 4, "save_every": 10, "eval_every": 2})
+    t0 = time.time()
+    try:  # each generation call lasts >= 8 s (interruptible by the stop flag): a step outlasts KillWait
+        proc = start_launcher(launch_cmd(rc, base, run_dir), log,
+                              {"TRAINER_TEST_PAUSE_AT": "generate", "TRAINER_TEST_PAUSE_S": "8"})
+        wait_for(lambda: progress_step(run_dir) >= 2, proc, 240, "step 2 done", log)
+        assert checkpoint_steps(run_dir) == [], "a checkpoint before the signal: the test shows nothing"
+        subprocess.run(["scontrol", "requeue", job_record(run_dir)["job_id"]], check=True)
+        finish(proc, log, timeout_s=300)
+    finally:
+        cancel_run_jobs(run_dir)
+    took = time.time() - t0
+    text = job_log(run_dir)
+    assert "SIGTERM" in text and "checkpoint step-000002 holds every completed step" in text, text[-3000:]
+    assert "resumed from step-000002" in text, text[-3000:]
+    assert_nothing_partial(run_dir)
+    reference = tmp_path / "reference" / RUN
+    reference.mkdir(parents=True)
+    shutil.copy(run_dir / rundir.CONFIG_JSON, reference / rundir.CONFIG_JSON)
+    ref_log = tmp_path / "reference.log"
+    assert start_trainer(reference, ref_log).wait(timeout=300) == 0, ref_log.read_text()[-3000:]
+    assert_same_logs(published_logs(reference), published_logs(run_dir))
+    print(f"requeued run took {took:.0f}s")

@@ -111,7 +111,7 @@ def test_snakemake_status_lists_runs_and_schedules_nothing_else(workdir):
 
 def shell_commands(dry_run_output: str) -> dict[str, str]:
     """run id -> its train shell command, from `snakemake -n -p`."""
-    return {m.group(2): m.group(1) for m in re.finditer(r"^(?:Shell command: )?(?:env \S+ )?(python -m trainer launch .*?--run-dir results/runs/(\S+).*)$",
+    return {m.group(2): m.group(1) for m in re.finditer(r"^(?:Shell command: )?(?:env [^p]\S* (?:\S+=\S+ )*)*(python -m trainer launch .*?--run-dir results/runs/(\S+).*)$",
                                                           dry_run_output, flags=re.MULTILINE)}
 
 

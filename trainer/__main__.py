@@ -2,6 +2,7 @@
 
     python -m trainer base-model --spec JSON --out results/models/tiny/model.json
     python -m trainer launch --run-config JSON --base-model MODEL_JSON --run-dir results/runs/RUN
+    python -m trainer prefetch --model Qwen/Qwen3-0.6B --out results/prefetch/models/qwen3-0.6b.json
     python -m trainer train --run-dir results/runs/RUN
     python -m trainer runs [--config config.yaml] [--matrix paper]
     python -m trainer status [--config-file config.yaml] [--config matrix=paper] [--json]
@@ -47,13 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("base-model", help="resolve or build a scale's base model")
     p.add_argument("--spec", type=_json_arg, required=True, help="the scale's spec (JSON or @file)")
     p.add_argument("--out", required=True, help="model.json to write")
-    p = sub.add_parser("launch", help="submit one run with submitit and wait for it")
-    p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
-    p.add_argument("--base-model", required=True, help="the scale's model.json")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--restart", action="store_true",
-                   help="start afresh where the run's checkpoints or live job are of another config (state of the "
-                        "current config is resumed, never discarded)")
+    add_launch_parser(sub)
+    add_prefetch_parser(sub)
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
     p = sub.add_parser("runs", help="list the run ids of a matrix")
@@ -66,6 +62,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="slurm")
     p.add_argument("--repo", default=".", help="the repository root (default: here)")
     return parser
+
+
+def add_launch_parser(sub: argparse._SubParsersAction) -> None:
+    """The `launch` subcommand's arguments."""
+    p = sub.add_parser("launch", help="submit one run with submitit and wait for it")
+    p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
+    p.add_argument("--base-model", required=True, help="the scale's model.json")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--restart", action="store_true",
+                   help="start afresh where the run's checkpoints or live job are of another config (state of the "
+                        "current config is resumed, never discarded)")
+    p.add_argument("--prefetched", nargs="*", default=[],
+                   help="the prefetch rules' JSON files of the run's model and datasets (pinned into its config)")
+
+
+def add_prefetch_parser(sub: argparse._SubParsersAction) -> None:
+    """The `prefetch` subcommand's arguments."""
+    p = sub.add_parser("prefetch", help="fetch a model or dataset into the Hugging Face cache (login node), write "
+                                        "its commit or content hash")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="a hub id or a local path")
+    what.add_argument("--dataset", help="a hub dataset id or a local path")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--out", required=True, help="the JSON to write")
+
+
+def prefetch_command(args: argparse.Namespace) -> int:
+    """`python -m trainer prefetch`: fetch (or hash) one model or dataset, write what was pinned."""
+    from trainer.sweep.prefetch import PrefetchError, prefetch
+    from trainer.sweep.rundir import write_json_atomic
+
+    kind, name = ("model", args.model) if args.model else ("dataset", args.dataset)
+    try:
+        info = prefetch(name, kind, args.revision)
+    except PrefetchError as e:
+        print(f"error: prefetch of {e}", file=sys.stderr)
+        return 1
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(info, args.out)
+    print(f"{kind} {name}: " + (f"revision {info['revision']}" if "revision" in info else
+                                 f"content hash {info['content_hash']}"))
+    return 0
 
 
 def _add_status_parser(sub: argparse._SubParsersAction) -> None:
@@ -97,7 +135,7 @@ def launch_command(args: argparse.Namespace) -> int:
     from trainer.sweep.launch import LaunchError, launch
 
     try:
-        launch(args.run_config, args.base_model, args.run_dir, restart=args.restart)
+        launch(args.run_config, args.base_model, args.run_dir, restart=args.restart, prefetched=args.prefetched)
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -106,7 +144,7 @@ def launch_command(args: argparse.Namespace) -> int:
 
 def train_command(args: argparse.Namespace) -> int:
     """`python -m trainer train`: train a run in this process."""
-    from trainer.rl.train import run_training
+    from trainer.rl.run import run_training
 
     run_training(args.run_dir)
     return 0
@@ -175,6 +213,7 @@ def status_command(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "base-model": base_model_command,
     "launch": launch_command,
+    "prefetch": prefetch_command,
     "train": train_command,
     "install-profile": install_profile_command,
     "status": status_command,

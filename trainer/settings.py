@@ -167,6 +167,8 @@ class ModelSettings:
     name: str = setting("tiny", "A Hugging Face id, a local path, or `tiny` (built offline).")
     dtype: str = setting("float32", "Parameter dtype of the base model on GPU (CPU runs use float32).")
     tiny: TinySettings | None = setting(None, "Architecture and warm start of the tiny model (model `tiny` only).")
+    revision: str | None = setting(None, "The hub commit the prefetch rule resolved (hub ids only; hashed).")
+    content_hash: str | None = setting(None, "The content hash of a prefetched model's files (hashed).")
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ class WorkflowSettings:
 # Per source type: the fields it needs and the fields it takes (besides name, source, from_train_holdout).
 SOURCE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "hf": (("path",), ("path", "config_name", "split", "question_field", "answer_field", "id_field",
-                       "holdout_fraction", "holdout_seed")),
+                       "holdout_fraction", "holdout_seed", "revision", "content_hash")),
     "local": (("path",), ("path", "split", "question_field", "answer_field", "id_field", "holdout_fraction",
                           "holdout_seed")),
     "reasoning_gym": (("dataset", "size"), ("dataset", "size", "seed", "params", "demonstration")),
@@ -237,6 +239,8 @@ class SourceSettings:
     seed: int = setting(0, "Seed of a generated source.")
     params: dict[str, Any] = setting({}, "Further generator parameters (reasoning-gym config).")
     demonstration: str = setting("answer", "reasoning_gym: the warm start's demonstration, answer or worked.")
+    revision: str | None = setting(None, "hf: the dataset commit to read (pinned by the prefetch rule).")
+    content_hash: str | None = setting(None, "hf: the content hash of the prefetched dataset files.")
 
     def check(self, path: str, given: set[str]) -> None:
         """Raise naming `path` where the source type lacks a field it needs or has one of another type."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ import pandas as pd
 import torch
 
 from trainer.rl.policies import PolicySet
+from trainer.rl.stopping import pause_for_tests
 from trainer.sweep import rundir
 from trainer.sweep.config import resume_conflict
 
@@ -28,13 +28,6 @@ LOGS = {"train": rundir.TRAIN_PARQUET, "eval": rundir.EVAL_PARQUET, "samples": r
 class ResumeError(RuntimeError):
     """A run cannot resume from its checkpoint (the config changed)."""
 
-
-def pause_for_tests(point: str) -> None:
-    """TEST HOOK, off unless set: sleep TRAINER_TEST_PAUSE_S seconds at each `point` named in
-    TRAINER_TEST_PAUSE_AT (comma list of checkpoint, publish, step), so that a test can kill the
-    process inside that window (e.g. while a checkpoint is half-written)."""
-    if point in os.environ.get("TRAINER_TEST_PAUSE_AT", "").split(","):
-        time.sleep(float(os.environ.get("TRAINER_TEST_PAUSE_S", "1")))
 
 
 def sampler_state(step: int, prompts_per_step: int, n_problems: int) -> dict[str, int]:

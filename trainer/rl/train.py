@@ -6,39 +6,36 @@ reads the run's config.json (written by `trainer launch`) into RunSettings, eval
 model at step 0, trains `max_steps` GRPO steps (rollouts through the workflow, rewards and
 advantages (grpo.py), one update per policy (update.py)), evaluates every `eval_every` steps,
 checkpoints under work/ (checkpoint.py), and at the end publishes train/eval/samples parquet and
-done.json atomically. Read `Trainer.fit` top to bottom for the loop.
+done.json atomically. Read `Trainer.fit` top to bottom for the loop; trainer/rl/run.py is what a
+job calls (the run's lock and failure record around it).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import os
 import random
-import shutil
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from trainer.rl.distributed import Ranks, device_of, process_group, rank_seed
-from trainer.rl.checkpoint import ResumeError, load_checkpoint, pause_for_tests, sampler_state, save_checkpoint
+from trainer.rl.distributed import Ranks, device_of, rank_seed
+from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint
 from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
+from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
 from trainer.rl.update import GradientRecorder, PolicyUpdater, Row, collate, micro_batches
 from trainer.settings import RunSettings
 from trainer.sweep import rundir
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Turn, make_workflow, score_episodes
 
-__all__ = ["GradientRecorder", "ResumeError", "Row", "Trainer", "TrainingError", "collate", "micro_batches",
-           "run_training"]
+__all__ = ["GradientRecorder", "ResumeError", "Row", "Trainer", "TrainingError", "collate", "micro_batches"]
 
 
 class TrainingError(RuntimeError):
@@ -93,10 +90,11 @@ class Trainer:
         self.recorders = self.updater.recorders
         common = dict(max_new_tokens=t.max_completion_length, top_p=t.top_p, enable_thinking=t.enable_thinking,
                       device=self.device)
-        self.generate = make_generator(t.generation_backend, self.policies, self.tokenizer,
-                                       temperature=t.temperature, **common)
-        self.eval_generate = make_generator(t.generation_backend, self.policies, self.tokenizer,
-                                            temperature=t.eval_temperature, **common)
+        self.generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
+                                                          temperature=t.temperature, **common))
+        self.eval_generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
+                                                               temperature=t.eval_temperature, **common))
+        self.timings = {"update_s": 0.0, "checkpoint_s": 0.0}  # the longest seen: what a signal must wait for
         self._load_problems()
         self.train_rows: list[dict[str, Any]] = []
         self.eval_rows: list[dict[str, Any]] = []
@@ -117,8 +115,9 @@ class Trainer:
 
         info = self.settings.base_model
         dtype = getattr(torch, self.settings.model.dtype) if self.device.startswith("cuda") else torch.float32
-        tokenizer = AutoTokenizer.from_pretrained(info["path"])
-        model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype).to(self.device)
+        revision = self.settings.model.revision  # pinned by the prefetch rule (hub ids only)
+        tokenizer = AutoTokenizer.from_pretrained(info["path"], revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype, revision=revision).to(self.device)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         if self.t.gradient_checkpointing:
@@ -166,6 +165,7 @@ class Trainer:
     def train_step(self, step: int) -> None:
         t0 = time.time()
         episodes, _ = self.rollout(step)
+        t_update = time.time()
         turns = [t for ep in episodes for t in ep.turns]
         for policy in self.policies:
             stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
@@ -189,10 +189,13 @@ class Trainer:
                     "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
                 })
+        self.timings["update_s"] = max(self.timings["update_s"], time.time() - t_update)
 
     # -- evaluation -------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, step: int) -> None:
+        """Evaluate every split; the rows are kept only once all splits are done (a stop abandons them)."""
+        eval_rows, sample_rows = [], []
         for m in self.policies.modules():
             m.eval()
         for split, problems in self.eval_splits.items():
@@ -205,54 +208,75 @@ class Trainer:
                    "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
                    "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
                    **self.workflow.diagnostics(episodes), "time_s": time.time() - t0}
-            self.eval_rows.append(row)
+            eval_rows.append(row)
             keep = random.Random(step_seed(self.settings.seed, step, salt=3)).sample(
                 range(len(episodes)), min(self.t.samples_per_eval, len(episodes)))
             for e in sorted(keep):
                 ep = episodes[e]
                 for k, turn in enumerate(ep.turns):
-                    self.sample_rows.append({
+                    sample_rows.append({
                         "step": step, "split": split, "episode": e, "problem_id": ep.problem.id, "turn": k,
                         "role": turn.role, "agent": turn.agent, "prompt": turn.prompt,
                         "completion": turn.completion.text, "reward": float(ep.score.score if ep.score else 0.0),
                         "final_answer": self.task.extract_answer(ep.final_text) or "", "correct": ep.correct})
+        self.eval_rows += eval_rows
+        self.sample_rows += sample_rows
 
     # -- the loop ---------------------------------------------------------------------------
     def fit(self, stop: threading.Event | None = None) -> dict[str, Any] | None:
         """Resume or start, train to max_steps, publish; return done.json's content.
 
-        When `stop` is set (the job was signalled: SLURM timeout or preemption), the loop
-        checkpoints at the end of the current step and returns None; the requeued job resumes there.
+        When `stop` is set (the job was signalled: SLURM timeout, preemption or requeue), a rollout or
+        eval in progress is abandoned at its next generation call, the state after the last completed
+        step is checkpointed (an eval it owes is redone on resume) and None is returned.
         """
         max_steps, t_start = self.t.max_steps, time.time()
-        start = self.resume()
+        self.generate.stop = self.eval_generate.stop = stop
+        start = completed = self.resume()
         self.write_progress(start, "started")
-        if start == 0:
-            self.evaluate(0)
-            self.log(f"step 0/{max_steps} eval " + self._eval_summary())
-        for step in range(start + 1, max_steps + 1):
-            tokens_before = self.generate.generated_tokens
-            t0 = time.time()
-            self.train_step(step)
-            pause_for_tests("step")
-            self.check_skipped(step)
-            if self.t.is_eval_step(step):
-                self.evaluate(step)
-            # DDP: submitit signals rank 0 alone; every rank stops at the same step
-            stopping = self.ranks.any_true(stop is not None and stop.is_set()) and step < max_steps
-            if step % self.t.save_every == 0 or step == max_steps or stopping:
-                self.checkpoint(step)
-            self.write_progress(step, "training")
-            if stopping:
-                self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
-                return None
-            elapsed = time.time() - t_start
-            rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
-            tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
-            left = elapsed / (step - start) * (max_steps - step)
-            self.log(f"step {step}/{max_steps} reward {rewards} | eval {self._eval_summary()} | "
-                     f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
+        try:
+            if self.t.is_eval_step(start) and not any(r["step"] == start for r in self.eval_rows):
+                self.evaluate(start)  # step 0, or a step whose eval a signal cut short
+                self.log(f"step {start}/{max_steps} eval " + self._eval_summary())
+            for step in range(start + 1, max_steps + 1):
+                tokens_before, t0 = self.generate.generated_tokens, time.time()
+                self.train_step(step)
+                completed = step
+                pause_for_tests("step")
+                self.check_skipped(step)
+                if self.t.is_eval_step(step):
+                    self.evaluate(step)
+                # DDP: submitit signals rank 0 alone; every rank stops at the same step
+                stopping = self.ranks.any_true(stop is not None and stop.is_set()) and step < max_steps
+                if step % self.t.save_every == 0 or step == max_steps or stopping:
+                    self.checkpoint(step)
+                self.write_progress(step, "training")
+                if stopping:
+                    self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
+                    return None
+                self.log_step(step, start, t_start, t0, tokens_before)
+        except StopRequested:  # DDP: raised on the signalled rank; its peers end with the job
+            self.save_on_stop(completed)
+            return None
         return self.publish(max_steps, time.time() - t_start)
+
+    def log_step(self, step: int, start: int, t_start: float, t0: float, tokens_before: int) -> None:
+        """The progress line of a finished step."""
+        elapsed = time.time() - t_start
+        rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
+        tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
+        left = elapsed / (step - start) * (self.t.max_steps - step)
+        self.log(f"step {step}/{self.t.max_steps} reward {rewards} | eval {self._eval_summary()} | "
+                 f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
+
+    def save_on_stop(self, completed: int) -> None:
+        """Checkpoint the state after step `completed` (unless saved already): what a signal keeps."""
+        saved = (self.work / rundir.CHECKPOINTS_DIR / f"step-{completed:06d}").exists()
+        if not saved and (completed > 0 or self.eval_rows):
+            self.checkpoint(completed)
+        self.write_progress(completed, "stopped")
+        self.log(f"step {completed}/{self.t.max_steps}: the job was signalled; the step in progress was "
+                 f"abandoned, checkpoint step-{completed:06d} holds every completed step, stopping")
 
     def check_skipped(self, step: int) -> None:
         """Log a skipped update; fail once more than `max_skipped` steps were skipped."""
@@ -272,8 +296,10 @@ class Trainer:
         """Everything a resume needs under work/checkpoints/step-N (checkpoint.py), whole or absent."""
         if not self.ranks.is_main:  # DDP: rank 0 writes; every rank holds the same state
             return
+        t_ckpt = time.time()
         save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step), self.write_logs,
                         self.t.keep_last)
+        self.timings["checkpoint_s"] = max(self.timings["checkpoint_s"], time.time() - t_ckpt)
 
     def sampler_state(self, step: int) -> dict[str, int]:
         """Where the data sampler stands after `step` (checkpoint.sampler_state)."""
@@ -285,6 +311,7 @@ class Trainer:
             return
         rundir.write_json_atomic({"run": self.settings.run, "step": step, "max_steps": self.t.max_steps,
                                   "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
+                                  **{k: round(v, 3) for k, v in self.timings.items()},
                                   "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
                                  self.work / rundir.PROGRESS_JSON)
 
@@ -318,75 +345,3 @@ class Trainer:
         self.write_progress(steps_done, "done")
         self.log(f"done: {self.run_dir}")
         return done
-
-
-def run_training(run_dir: str | Path, restart: bool = False,
-                 stop: threading.Event | None = None) -> dict[str, Any] | None:
-    """Train the run whose config.json is in `run_dir` (what a submitit job calls).
-
-    Resumes from the newest checkpoint under work/; `restart` discards the checkpoints first.
-    Holds work/train.lock while training, so a second process on the same run fails at once
-    instead of writing the same checkpoints. An error is also written to work/failure.json (for
-    `status`). Returns done.json's content, or None when `stop` ended the run early.
-    In a job of several tasks (resources.gpus / resources.processes), every task calls this: they
-    form the run's process group (trainer/rl/distributed.py) and rank 0 alone locks and writes.
-    """
-    run_dir = Path(run_dir)
-    work = run_dir / rundir.WORK_DIR
-    work.mkdir(parents=True, exist_ok=True)
-    cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
-    with process_group(cfg["resources"], cfg["run"]) as ranks:
-        with hold_run_lock(work) if ranks.is_main else contextlib.nullcontext():
-            if ranks.is_main:
-                remove_stale_temporaries(run_dir)
-                if restart:
-                    shutil.rmtree(work / rundir.CHECKPOINTS_DIR, ignore_errors=True)
-                (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
-            ranks.barrier()  # DDP: the others read the checkpoints once rank 0 has cleaned up
-            done_path = run_dir / rundir.DONE_JSON
-            if done_path.exists() and rundir.run_is_done(json.loads(done_path.read_text()), cfg):
-                return json.loads(done_path.read_text())
-            try:
-                return Trainer(cfg, run_dir, ranks=ranks).fit(stop)
-            except Exception as e:
-                write_failure(work, cfg["run"], e)
-                raise
-
-
-class RunBusyError(RuntimeError):
-    """Another process is training this run right now."""
-
-
-@contextlib.contextmanager
-def hold_run_lock(work: Path) -> Iterator[None]:
-    """An exclusive flock on work/train.lock for the duration of a `with` block.
-
-    The kernel drops it when the holder dies (SIGKILL included), so it never goes stale.
-    """
-    with open(work / rundir.TRAIN_LOCK, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            raise RunBusyError(f"{work / rundir.TRAIN_LOCK}: another process trains this run ({f.read().strip()}); "
-                               f"wait for it or stop it") from None
-        f.truncate(0)
-        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        f.flush()
-        yield
-
-
-def remove_stale_temporaries(run_dir: Path) -> None:
-    """Delete the temporary files of atomic writes (`.NAME.tmp-PID`) that a killed process left in
-    the run directory; a live process's (e.g. the launcher's, on this host) is left alone."""
-    for stale in [*run_dir.glob(".*.tmp-*"), *(run_dir / rundir.WORK_DIR).glob(".*.tmp-*")]:
-        pid = stale.name.rsplit("-", 1)[-1]
-        if not (pid.isdigit() and int(pid) != os.getpid() and rundir.pid_alive(int(pid))):
-            stale.unlink(missing_ok=True)
-
-
-def write_failure(work: Path, run: str, error: BaseException) -> None:
-    """work/failure.json: the error that ended this attempt, one line first (read by `status`)."""
-    line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    rundir.write_json_atomic({"run": run, "error": line, "message": str(error)[-4000:], "host": socket.gethostname(),
-                              "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / rundir.FAILURE_JSON)

@@ -295,7 +295,8 @@ def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
         return None
     path, old = found
     keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
-    return f"its checkpoint {path} was written under another config; changed: {keys}"
+    return (f"its checkpoint {path} was written under another config; changed: {keys}. Its logs up to that step "
+            f"are kept there (train/eval/samples parquet)")
 
 
 def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:

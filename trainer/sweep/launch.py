@@ -3,7 +3,7 @@
     python -m trainer launch --run-config JSON --base-model results/models/tiny/model.json \
         --run-dir results/runs/voting-math-tiny-shared-s0 [--restart]
 
-writes the run's config.json (with its hash), submits the training job (its folder under the
+writes the run's config.json (with its hash and the revisions that --prefetched JSONs pin), submits the training job (its folder under the
 run's work/), records the job in work/job.json, streams the job's log, and exits non-zero with
 the job's error and the tail of its log if it fails.
 
@@ -11,12 +11,12 @@ What survives what:
 - the launcher killed and rerun while its job lives: the rerun re-attaches (work/job.json, or
   squeue by the job's comment, which names the run directory) instead of submitting a second job;
   work/launch.lock makes find-or-submit one step, so two launchers never both submit;
-- the job's SLURM time limit or a preemption: the job is `Checkpointable`; on submitit's signal it
-  checkpoints at the end of the current step and requeues itself; the launcher keeps waiting;
+- the job's SLURM time limit, a preemption or `scontrol requeue`: the job (train_job.TrainJob) stops
+  where it is, checkpoints its last completed step and is requeued; the launcher keeps waiting;
 - the job dead (scancel, node lost): a rerun submits a new job, which resumes from the newest
   checkpoint;
 - a changed config: refused before anything is submitted, naming the changed keys, unless
-  --restart (which discards only state written under another config).
+  --restart, which moves the state written under another config to work/superseded/ (kept).
 """
 
 from __future__ import annotations
@@ -26,27 +26,27 @@ import fcntl
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import submitit
-from submitit.helpers import Checkpointable, DelayedSubmission
 
 from trainer.settings import LauncherSettings, ResourceSettings, from_dict
 from trainer.sweep import rundir
-from trainer.sweep.config import checkpoint_config, config_hash, resume_conflict, world_size_of
+from trainer.sweep.config import checkpoint_config, config_hash, hashed_view, resume_conflict, world_size_of
+from trainer.sweep.prefetch import content_hash, pin_prefetched
+from trainer.sweep.slurm_poll import (LIVE_SLURM_STATES, SlurmError, cancel_slurm_job, slurm_jobs_tagged,
+                                      slurm_state)
+from trainer.sweep.train_job import TrainJob
 from trainer.workflows import role_facts
 
-LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
-                     "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
 VANISHED_GRACE_S = 60  # a job gone from squeue without a result file is failed after this long
 ENDED_GRACE_S = 20     # ... and one squeue shows ended (CANCELLED, FAILED, ...) after this long
 JOB_JSON = "job.json"
 LAUNCH_LOCK = "launch.lock"
+SUPERSEDED_DIR = "superseded"  # under work/: the state of earlier configs of a restarted run, kept
 RESTART_HINT = ("to start it afresh: `python -m trainer launch ... --restart`, or with Snakemake "
                 "`snakemake --config restart=RUN` (restart=all for every run that reruns)")
 
@@ -55,59 +55,37 @@ class LaunchError(RuntimeError):
     """A run's job failed or could not be submitted; the message says which and why."""
 
 
-class TrainJob(Checkpointable):
-    """The training job; on SLURM timeout or preemption submitit calls checkpoint() and requeues it.
-
-    Training runs in a worker thread so that the main thread, where submitit's signal handler
-    runs, can ask it to stop at the end of its step and save (a handler that saved from inside a
-    half-done step would save an inconsistent state), then let submitit requeue the job.
-    """
-
-    def __call__(self, run_dir: str, restart: bool = False) -> dict[str, Any] | None:
-        # `restart` is accepted only for jobs pickled by an older launcher: restarts happen in the
-        # launcher, before submission, so that a requeue (which reruns this pickle) never restarts.
-        from trainer.rl.train import run_training
-
-        self._stop = threading.Event()
-        outcome: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                outcome["result"] = run_training(run_dir, stop=self._stop)
-            except BaseException as e:  # handed to the main thread, which raises it
-                outcome["error"] = e
-
-        self._thread = threading.Thread(target=work, name="train", daemon=True)
-        self._thread.start()
-        while self._thread.is_alive():
-            self._thread.join(timeout=1.0)  # short waits: the main thread must reach signal handlers
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome.get("result")
-
-    def checkpoint(self, run_dir: str, restart: bool = False) -> DelayedSubmission:
-        """Stop training at the end of the current step (which checkpoints), then requeue.
-
-        Waits at most half of launcher.signal_delay_s: SLURM kills the job soon after the requeue,
-        and a checkpoint cut short is discarded whole (the previous one is used).
-        """
-        thread = getattr(self, "_thread", None)
-        if thread is not None and thread.is_alive():
-            self._stop.set()
-            cfg = json.loads((Path(run_dir) / rundir.CONFIG_JSON).read_text())
-            grace = max(1.0, float(launcher_settings(cfg).signal_delay_s) / 2)
-            print(f"[{cfg['run']}] signalled: stopping at the end of the step (waiting up to {grace:.0f}s)",
-                  file=sys.stderr, flush=True)
-            thread.join(timeout=grace)
-        return DelayedSubmission(TrainJob(), run_dir)  # the requeued job resumes; it never restarts
-
-
-def resolve_run_config(run_config: dict[str, Any], base_model: dict[str, Any]) -> dict[str, Any]:
-    """The run config with the base model it starts from, its workflow's roles (what the analysis reads
-    of the workflow; facts of its code, outside the hash) and the content hash: what config.json holds."""
-    cfg = {**run_config, "base_model": base_model, **role_facts(run_config["workflow"], run_config["workflow_params"])}
+def resolve_run_config(run_config: dict[str, Any], base_model: dict[str, Any],
+                       prefetched: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """What config.json holds: the run config with the prefetched revisions pinned, the base model it
+    starts from (a local model directory hashed by content), its workflow's roles (what the analysis
+    reads of the workflow; facts of its code, outside the hash) and the content hash of it all."""
+    cfg = {**pin_prefetched(run_config, list(prefetched)), "base_model": dict(base_model),
+           **role_facts(run_config["workflow"], run_config["workflow_params"])}
+    path = Path(str(base_model.get("path", "")))
+    if "content_hash" not in cfg["model"] and path.is_dir():
+        cfg["base_model"]["content_hash"] = content_hash(path)
     cfg["config_hash"] = config_hash(cfg)
     return cfg
+
+
+def rerun_trigger_items(run_config: dict[str, Any]) -> dict[str, str]:
+    """`key=value` by dotted key for every leaf of the run's hashed view: the train rule's rerun trigger.
+
+    One Snakemake param per key, so a changed key shows in the rerun reason by name
+    (`before: training.learning_rate=0.002 now: ...=0.001`); launcher and resources are not in the
+    hashed view, so site settings never rerun a run. The base model is left out: model.json is an
+    input file of the rule, whose change reruns the run anyway.
+    """
+    def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(value, dict) and value:
+            for key in sorted(value):
+                yield from leaves(value[key], f"{path}{key}.")
+        else:
+            yield path.rstrip("."), value
+
+    view = {k: v for k, v in hashed_view(run_config).items() if k != "base_model"}
+    return {key: f"{key}={json.dumps(value, sort_keys=True)}" for key, value in leaves(view, "")}
 
 
 def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -119,13 +97,22 @@ def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run
     return cfg
 
 
-def discard_run_state(run_dir: Path) -> None:
-    """Delete what a run computed (checkpoints, progress, failure, published logs); keep the job records."""
+def set_aside_run_state(run_dir: Path, old_hash: str) -> Path:
+    """Move what a run computed under config `old_hash` (checkpoints, progress, failure, published
+    logs) to work/superseded/config-HASH[-N]/ and return that folder: a restart loses nothing."""
     work = run_dir / rundir.WORK_DIR
-    shutil.rmtree(work / rundir.CHECKPOINTS_DIR, ignore_errors=True)
-    for path in (work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON, run_dir / rundir.DONE_JSON,
-                 run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET, run_dir / rundir.SAMPLES_PARQUET):
-        path.unlink(missing_ok=True)
+    dest = work / SUPERSEDED_DIR / f"config-{old_hash}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = work / SUPERSEDED_DIR / f"config-{old_hash}-{n}"
+    dest.mkdir(parents=True)
+    for path in (work / rundir.CHECKPOINTS_DIR, work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON,
+                 run_dir / rundir.DONE_JSON, run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET,
+                 run_dir / rundir.SAMPLES_PARQUET):
+        if path.exists():
+            shutil.move(str(path), str(dest / path.name))
+    return dest
 
 
 def job_tag(run: str, run_dir: Path) -> str:
@@ -161,7 +148,8 @@ def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> 
         return ex
     if backend == "slurm":
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=launcher.max_num_timeout)
-        params: dict[str, Any] = {"job_name": cfg["run"], "time": res.time_min, "cpus_per_task": max(1, res.cpus // tasks),
+        params: dict[str, Any] = {"job_name": cfg["run"], "time": res.time_min,
+                                  "cpus_per_task": max(1, res.cpus // tasks),
                                   "mem": f"{int(res.mem_gb * 1024)}M", "ntasks_per_node": tasks, "nodes": 1,
                                   "signal_delay_s": launcher.signal_delay_s}
         if tag:
@@ -184,28 +172,6 @@ def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> 
     raise LaunchError(f"launcher.backend: unknown backend {backend!r} (local, debug or slurm)")
 
 
-def slurm_state(job_id: str) -> str | None:
-    """The job's state from squeue (ended jobs too, while SLURM keeps them), or None once it is not listed.
-
-    squeue rather than submitit's watcher: that one asks sacct, which clusters without
-    accounting storage do not have.
-    """
-    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], capture_output=True,
-                          text=True)
-    states = proc.stdout.split()
-    return states[0].upper() if proc.returncode == 0 and states else None
-
-
-def slurm_jobs_tagged(tag: str) -> list[str]:
-    """Ids of live SLURM jobs whose comment is `tag` (a job submitted just before a launcher died,
-    before it could record the job in job.json)."""
-    proc = subprocess.run(["squeue", "-h", "-o", "%i|%T|%k"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise LaunchError(f"squeue failed ({proc.returncode}): {proc.stderr.strip()}")
-    rows = [line.split("|", 2) for line in proc.stdout.splitlines() if line.count("|") >= 2]
-    return [job_id for job_id, state, comment in rows if comment == tag and state.upper() in LIVE_SLURM_STATES]
-
-
 def read_job_record(work: Path) -> dict[str, Any] | None:
     """work/job.json: the run's last submitted job, or None."""
     path = work / JOB_JSON
@@ -226,14 +192,19 @@ def live_slurm_job(work: Path, tag: str | None = None) -> tuple[submitit.SlurmJo
     return None
 
 
-def cancel_slurm_job(job_id: str, timeout_s: float = 120) -> None:
-    """scancel a job and wait until SLURM no longer lists it as live."""
-    subprocess.run(["scancel", str(job_id)], check=True, capture_output=True)
-    deadline = time.time() + timeout_s
-    while slurm_state(job_id) in LIVE_SLURM_STATES:
-        if time.time() > deadline:
-            raise LaunchError(f"SLURM job {job_id} still live {timeout_s:.0f}s after scancel")
-        time.sleep(1)
+def grace_warning(cfg: dict[str, Any], progress: dict[str, Any] | None) -> str | None:
+    """A warning when launcher.signal_delay_s is shorter than the measured update + checkpoint time
+    (work/progress.json): a signal during an update could then not checkpoint before the kill."""
+    launcher = launcher_settings(cfg)
+    if not progress or launcher.backend != "slurm":
+        return None
+    needed = float(progress.get("update_s", 0)) + float(progress.get("checkpoint_s", 0))
+    delay = float(launcher.signal_delay_s)
+    if delay >= needed:
+        return None
+    return (f"warning: launcher.signal_delay_s = {delay:.0f}s is shorter than the measured update + checkpoint "
+            f"time ({progress.get('update_s', 0):.0f}s + {progress.get('checkpoint_s', 0):.0f}s): a signal during an "
+            f"update can lose that step; raise launcher.signal_delay_s above {needed:.0f}")
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -243,40 +214,68 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def wait_and_stream(job: submitit.Job, poll_s: float, out=sys.stderr) -> None:
+def warn_on_short_grace(cfg: dict[str, Any], run_dir: Path, warned: set[str], out=sys.stderr) -> None:
+    """Write grace_warning's message once per run (the launcher's log)."""
+    path = run_dir / rundir.WORK_DIR / rundir.PROGRESS_JSON
+    try:
+        progress = json.loads(path.read_text()) if path.exists() else None
+    except json.JSONDecodeError:  # written atomically: only a file of another writer can be broken
+        progress = None
+    message = grace_warning(cfg, progress)
+    if message and message.split(":")[0] not in warned:
+        warned.add(message.split(":")[0])
+        out.write(f"[launcher] {message}\n")
+
+
+def wait_and_stream(job: submitit.Job, poll_s: float, out=sys.stderr, cfg: dict[str, Any] | None = None,
+                    run_dir: Path | None = None) -> None:
     """Block until the job ends, copying new lines of its stderr log (the trainer's progress) to `out`.
 
-    Keeps waiting while a SLURM job is requeued (its log continues in the same file). Raises
-    LaunchError if a SLURM job ends without writing a result (cancelled, killed, node lost).
+    A SLURM job is watched through the sweep's shared squeue snapshot (slurm_poll: one call per
+    poll interval for all launchers; the runs folder beside `run_dir`) and its result file, never
+    submitit's watcher (a sacct call per launcher). Keeps waiting while the job is requeued (its
+    log continues in the same file). Raises LaunchError if it ends without writing a result.
     """
-    pos, ended_since, last_state = 0, None, "?"
+    pos, ended_since, last_state, warned = 0, None, "?", set()
+    shared = run_dir.parent if run_dir is not None else None
     while True:
-        finished = job.done()
-        if not finished and isinstance(job, submitit.SlurmJob):
-            state = slurm_state(job.job_id)
-            if state != last_state:
-                out.write(f"[launcher] SLURM job {job.job_id}: {state or 'no longer listed'}\n")
-                last_state = state
-            if state in LIVE_SLURM_STATES:
-                ended_since = None
-            else:
-                ended_since = ended_since or time.time()
-                if time.time() - ended_since > (ENDED_GRACE_S if state else VANISHED_GRACE_S):
+        if cfg is not None and run_dir is not None:
+            warn_on_short_grace(cfg, run_dir, warned, out)
+        if isinstance(job, submitit.SlurmJob):
+            finished = job.paths.result_pickle.exists()
+            if not finished:
+                try:
+                    state = slurm_state(job.job_id, shared, poll_s)
+                except SlurmError as e:  # a passing failure: counted as not listed (failed after a grace)
+                    out.write(f"[launcher] {e}\n")
+                    state = None
+                if state != last_state:
+                    out.write(f"[launcher] SLURM job {job.job_id}: {state or 'no longer listed'}\n")
+                    last_state = state
+                ended_since = None if state in LIVE_SLURM_STATES else ended_since or time.time()
+                if ended_since and time.time() - ended_since > (ENDED_GRACE_S if state else VANISHED_GRACE_S):
                     raise LaunchError(f"SLURM job {job.job_id} ended ({state or 'no longer listed'}) without a "
                                       f"result; rerun to resubmit (it resumes from the newest checkpoint)\n"
                                       f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}")
-        path = Path(job.paths.stderr)
-        if path.exists():
-            with open(path, errors="replace") as f:
-                f.seek(pos)
-                chunk = f.read()
-                pos = f.tell()
-            if chunk:
-                out.write(chunk)
-        out.flush()
+        else:
+            finished = job.done()
+        pos = copy_new_lines(Path(job.paths.stderr), pos, out)
         if finished:
             return
         time.sleep(poll_s)
+
+
+def copy_new_lines(path: Path, pos: int, out) -> int:
+    """Write what was appended to `path` since offset `pos` to `out`; return the new offset."""
+    if path.exists():
+        with open(path, errors="replace") as f:
+            f.seek(pos)
+            chunk = f.read()
+            pos = f.tell()
+        if chunk:
+            out.write(chunk)
+    out.flush()
+    return pos
 
 
 @contextlib.contextmanager
@@ -333,7 +332,10 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
             raise LaunchError(f"run {cfg['run']}: SLURM job {job.job_id} runs it under another config "
                               f"(hash {rec['config_hash']}, now {cfg['config_hash']}); wait for it, or {RESTART_HINT}")
         log(cfg, f"restart: cancelling SLURM job {job.job_id} (another config)")
-        cancel_slurm_job(job.job_id)
+        try:
+            cancel_slurm_job(job.job_id)
+        except SlurmError as e:
+            raise LaunchError(f"run {cfg['run']}: {e}") from e
     if backend != "slurm" and run_busy(work):
         log(cfg, "a local trainer of an earlier launcher still runs this run: waiting for it")
         return wait_for_local_trainer(work, run_dir, launcher_settings(cfg).poll_interval_s)
@@ -341,8 +343,9 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
     if conflict and not restart:
         raise LaunchError(f"run {cfg['run']}: cannot resume: {conflict}. Restore the config, or {RESTART_HINT}")
     if conflict:
-        log(cfg, f"restart: discarding its state ({conflict})")
-        discard_run_state(run_dir)
+        old_hash = checkpoint_config(work)[1]["config_hash"]
+        kept = set_aside_run_state(run_dir, old_hash)
+        log(cfg, f"restart: {conflict}; its state and logs are moved to {kept}, the run starts afresh")
     elif restart and checkpoint_config(work) is not None:
         log(cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start "
                  f"from zero)")
@@ -358,21 +361,24 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
 
 
 def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str | Path,
-           restart: bool = False) -> dict[str, Any]:
+           restart: bool = False, prefetched: list[str | Path] = ()) -> dict[str, Any]:
     """Submit (or re-attach to) the run's job and wait for it; return done.json's content."""
     run_dir = Path(run_dir)
     base_model = json.loads(Path(base_model_json).read_text())
-    cfg = resolve_run_config(run_config, base_model)
+    cfg = resolve_run_config(run_config, base_model, [json.loads(Path(p).read_text()) for p in prefetched])
     work = run_dir / rundir.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     backend = cfg["launcher"]["backend"]
     with launch_lock(work):
-        job = find_or_submit(cfg, run_dir, restart)
+        try:
+            job = find_or_submit(cfg, run_dir, restart)
+        except SlurmError as e:
+            raise LaunchError(f"run {cfg['run']}: {e}") from e
     if isinstance(job, dict):
         return job
     try:
         if backend != "debug":
-            wait_and_stream(job, launcher_settings(cfg).poll_interval_s)
+            wait_and_stream(job, launcher_settings(cfg).poll_interval_s, cfg=cfg, run_dir=run_dir)
         result = job.results()[0]  # rank 0's (a data-parallel job has a result per task)
     except LaunchError:
         raise

@@ -9,11 +9,15 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+# pandas and pyarrow are imported on first use of a schema or a parquet helper (PEP 562
+# __getattr__ below), so that the launcher, which waits on the login node for each run in
+# flight, reads and writes the run's JSON files without holding them in memory (~90 MB each).
 
 CONFIG_JSON = "config.json"
 TRAIN_PARQUET = "train.parquet"
@@ -58,60 +62,82 @@ def run_is_done(done: dict[str, Any] | None, config: dict[str, Any] | None) -> b
     return bool(done and config and done.get("config_hash") == config["config_hash"]
                 and done.get("steps_done") == config["training"]["max_steps"])
 
-# One row per (step, role). grad_* are this role's contribution to its policy's gradient, pre-clip.
-TRAIN_SCHEMA = pa.schema([
-    ("step", pa.int64()),
-    ("role", pa.string()),
-    ("policy", pa.string()),
-    ("n_turns", pa.int64()),
-    ("n_tokens", pa.int64()),
-    ("reward_mean", pa.float64()),
-    ("reward_std", pa.float64()),
-    ("adv_abs_mean", pa.float64()),
-    ("loss", pa.float64()),
-    ("grad_norm", pa.float64()),
-    ("grad_sq_share", pa.float64()),
-    ("grad_cos_others", pa.float64()),  # cosine with the other roles' gradient on the same policy
-    ("entropy", pa.float64()),
-    ("kl", pa.float64()),
-    ("clip_ratio", pa.float64()),
-    ("completion_len_mean", pa.float64()),
-    ("lr", pa.float64()),
-    ("skipped", pa.bool_()),  # the step's update was skipped (non-finite loss or gradient)
-    ("time_s", pa.float64()),
-])
 
-# One row per (step, eval split); workflow diagnostics are further float columns.
-EVAL_SCHEMA = pa.schema([
-    ("step", pa.int64()),
-    ("split", pa.string()),
-    ("accuracy", pa.float64()),
-    ("n", pa.int64()),
-    ("final_answer_parse_rate", pa.float64()),
-    ("time_s", pa.float64()),
-])
+def _schemas() -> dict[str, "pa.Schema"]:
+    """The parquet schemas (built on first use: see the note on imports)."""
+    import pyarrow as pa
 
-# A bounded sample of whole episodes per eval: one row per turn.
-SAMPLES_SCHEMA = pa.schema([
-    ("step", pa.int64()),
-    ("split", pa.string()),
-    ("episode", pa.int64()),
-    ("problem_id", pa.string()),
-    ("turn", pa.int64()),
-    ("role", pa.string()),
-    ("agent", pa.int64()),
-    ("prompt", pa.string()),
-    ("completion", pa.string()),
-    ("reward", pa.float64()),
-    ("final_answer", pa.string()),
-    ("correct", pa.bool_()),
-])
+    # One row per (step, role). grad_* are this role's contribution to its policy's gradient, pre-clip.
+    TRAIN_SCHEMA = pa.schema([
+        ("step", pa.int64()),
+        ("role", pa.string()),
+        ("policy", pa.string()),
+        ("n_turns", pa.int64()),
+        ("n_tokens", pa.int64()),
+        ("reward_mean", pa.float64()),
+        ("reward_std", pa.float64()),
+        ("adv_abs_mean", pa.float64()),
+        ("loss", pa.float64()),
+        ("grad_norm", pa.float64()),
+        ("grad_sq_share", pa.float64()),
+        ("grad_cos_others", pa.float64()),  # cosine with the other roles' gradient on the same policy
+        ("entropy", pa.float64()),
+        ("kl", pa.float64()),
+        ("clip_ratio", pa.float64()),
+        ("completion_len_mean", pa.float64()),
+        ("lr", pa.float64()),
+        ("skipped", pa.bool_()),  # the step's update was skipped (non-finite loss or gradient)
+        ("time_s", pa.float64()),
+    ])
+
+    # One row per (step, eval split); workflow diagnostics are further float columns.
+    EVAL_SCHEMA = pa.schema([
+        ("step", pa.int64()),
+        ("split", pa.string()),
+        ("accuracy", pa.float64()),
+        ("n", pa.int64()),
+        ("final_answer_parse_rate", pa.float64()),
+        ("time_s", pa.float64()),
+    ])
+
+    # A bounded sample of whole episodes per eval: one row per turn.
+    SAMPLES_SCHEMA = pa.schema([
+        ("step", pa.int64()),
+        ("split", pa.string()),
+        ("episode", pa.int64()),
+        ("problem_id", pa.string()),
+        ("turn", pa.int64()),
+        ("role", pa.string()),
+        ("agent", pa.int64()),
+        ("prompt", pa.string()),
+        ("completion", pa.string()),
+        ("reward", pa.float64()),
+        ("final_answer", pa.string()),
+        ("correct", pa.bool_()),
+    ])
+    return {"TRAIN_SCHEMA": TRAIN_SCHEMA, "EVAL_SCHEMA": EVAL_SCHEMA, "SAMPLES_SCHEMA": SAMPLES_SCHEMA}
+
+
+_SCHEMAS: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """TRAIN_SCHEMA, EVAL_SCHEMA and SAMPLES_SCHEMA, built once on first access."""
+    if name in ("TRAIN_SCHEMA", "EVAL_SCHEMA", "SAMPLES_SCHEMA"):
+        if not _SCHEMAS:
+            _SCHEMAS.update(_schemas())
+        return _SCHEMAS[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 TIME_COLUMNS = ("time_s",)  # the only columns that may differ between two runs with the same seed
 
 
 def to_table(rows: list[dict[str, Any]] | pd.DataFrame, schema: pa.Schema) -> pa.Table:
     """A table with the schema's columns first (typed, required) and any extra float columns after."""
+    import pandas as pd
+    import pyarrow as pa
+
     df = pd.DataFrame(rows)
     missing = [n for n in schema.names if n not in df.columns]
     if missing and len(df):
@@ -125,6 +151,8 @@ def to_table(rows: list[dict[str, Any]] | pd.DataFrame, schema: pa.Schema) -> pa
 
 def write_parquet_atomic(table: pa.Table, path: str | Path) -> None:
     """Write to a temporary name in the same directory, then rename: readers never see half a file."""
+    import pyarrow.parquet as pq
+
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     pq.write_table(table, tmp)

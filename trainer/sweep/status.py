@@ -21,7 +21,7 @@ from typing import Any
 
 from trainer.sweep import rundir
 from trainer.sweep.config import expand_matrix
-from trainer.sweep.launch import JOB_JSON, LIVE_SLURM_STATES
+from trainer.sweep.launch import JOB_JSON, LIVE_SLURM_STATES, grace_warning
 ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|CANCELLED|DUE TO TIME LIMIT|Killed)")
 
 
@@ -88,6 +88,16 @@ def job_liveness(job: dict[str, Any] | None, squeue: dict[str, str] | None) -> s
 
 
 def run_status(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStatus:
+    """The state of one run, with grace_warning's message after its detail where it applies."""
+    row = run_state(run, run_dir, squeue)
+    config = read_json(run_dir / rundir.CONFIG_JSON)
+    if row.state in ("queued", "running", "interrupted") and config and "launcher" in config:
+        warning = grace_warning(config, read_json(run_dir / rundir.WORK_DIR / rundir.PROGRESS_JSON))
+        row.detail += f" ({warning})" if warning else ""
+    return row
+
+
+def run_state(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStatus:
     """The state of one run from its directory and the scheduler's job states."""
     work = run_dir / rundir.WORK_DIR
     config = read_json(run_dir / rundir.CONFIG_JSON)

@@ -172,7 +172,7 @@ def _hf_rows(spec: dict[str, Any], where: str) -> list[dict[str, Any]]:
     path = _require(spec, "path", where)
     split = spec.get("split", "train")
     try:
-        ds = datasets.load_dataset(path, spec.get("config_name"), split=split)
+        ds = datasets.load_dataset(path, spec.get("config_name"), split=split, revision=spec.get("revision"))
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"{where}: datasets.load_dataset({path!r}, {spec.get('config_name')!r}, "
                          f"split={split!r}) failed: {type(e).__name__}: {e}") from e

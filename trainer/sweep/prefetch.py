@@ -1,0 +1,126 @@
+"""Models and datasets fetched on the login node, so that train jobs run offline.
+
+    python -m trainer prefetch --model Qwen/Qwen3-0.6B --out results/prefetch/models/qwen3-0.6b.json
+    python -m trainer prefetch --dataset open-r1/DAPO-Math-17k-Processed --out results/prefetch/datasets/X.json
+
+A hub id is downloaded into the Hugging Face cache and its revision resolved to a commit hash
+(the snapshot folder's name); a local path is hashed by content instead. The launcher pins what
+the JSON says into the run config (`pin_prefetched`), so the revision is part of config.json and
+its hash; the job checks, before anything else, that every pinned repository is in its cache
+(`require_cached`) and fails at once naming the model or dataset and the prefetch rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Iterator
+
+MODEL_RULE = "prefetch_model"
+DATASET_RULE = "prefetch_dataset"
+
+
+class PrefetchError(RuntimeError):
+    """A model or dataset a job needs is not in its cache, or could not be fetched; the message says which."""
+
+
+def content_hash(path: str | Path) -> str:
+    """A hash of a file's or directory's content: relative file names and bytes, in sorted order."""
+    root = Path(path)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(root) if f != root else f.name).encode() + b"\0")
+        with open(f, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def fetch_repo(repo_id: str, repo_type: str, revision: str | None = None, cache_dir: str | None = None,
+               local_files_only: bool = False) -> dict[str, Any]:
+    """snapshot_download into the Hugging Face cache; the revision resolved to its commit hash."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = snapshot_download(repo_id, repo_type=repo_type, revision=revision, cache_dir=cache_dir,
+                                 local_files_only=local_files_only)
+    except Exception as e:  # hub errors have many types; all mean: not fetched
+        raise PrefetchError(f"{repo_type} {repo_id} (revision {revision or 'main'}): {type(e).__name__}: {e}") from e
+    return {"kind": repo_type, "name": repo_id, "revision": Path(path).name, "path": str(path)}
+
+
+def prefetch(name: str, kind: str, revision: str | None = None, cache_dir: str | None = None) -> dict[str, Any]:
+    """What the prefetch rules write: a local path's content hash, or a hub repository's commit."""
+    if Path(name).exists():
+        return {"kind": kind, "name": name, "content_hash": content_hash(name), "path": str(Path(name).resolve())}
+    info = fetch_repo(name, kind, revision, cache_dir)
+    if kind == "dataset":
+        prepare_dataset(name, info["revision"])
+    return info
+
+
+def prepare_dataset(repo_id: str, revision: str) -> None:
+    """Build the datasets library's cache of a fetched dataset (skipped offline: the test cache)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    import datasets
+
+    datasets.load_dataset(repo_id, revision=revision)
+
+
+def hf_dataset_specs(task_params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The task's train and eval specs that load from the hub (source: hf)."""
+    for spec in [task_params.get("train") or {}, *(task_params.get("eval") or [])]:
+        if spec.get("source") == "hf":
+            yield spec
+
+
+def dataset_key(repo_id: str) -> str:
+    """The file name of a dataset's prefetch JSON (the Hugging Face cache's own spelling of the id)."""
+    return repo_id.replace("/", "--")
+
+
+def needs_model_prefetch(model: str) -> bool:
+    """Whether a scale's model is a hub id (`tiny` is built offline; a local path is hashed, not fetched)."""
+    return model != "tiny"
+
+
+def pin_prefetched(run_config: dict[str, Any], prefetched: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run config with the prefetched revisions and content hashes in its hashed sections
+    (model, task_params): a new revision is a new config hash."""
+    cfg = {**run_config, "model": dict(run_config["model"]),
+           "task_params": {**run_config["task_params"], "train": dict(run_config["task_params"].get("train") or {}),
+                           "eval": [dict(s) for s in run_config["task_params"].get("eval") or []]}}
+    for doc in prefetched:
+        pin = {k: doc[k] for k in ("revision", "content_hash") if k in doc}
+        if doc["kind"] == "model" and doc["name"] == cfg["model"]["name"]:
+            cfg["model"].update(pin)
+        elif doc["kind"] == "dataset":
+            for spec in hf_dataset_specs(cfg["task_params"]):
+                if spec.get("path") == doc["name"]:
+                    spec.update(pin)
+    return cfg
+
+
+def require_cached(run_config: dict[str, Any], cache_dir: str | None = None) -> None:
+    """Fail at once, naming the model or dataset and its prefetch rule, when a job would need the network."""
+    model = run_config["model"]
+    wanted = []
+    if needs_model_prefetch(model["name"]) and not Path(model["name"]).exists():
+        wanted.append(("model", model["name"], model.get("revision"), MODEL_RULE, f"models/{run_config['scale']}"))
+    for spec in hf_dataset_specs(run_config["task_params"]):
+        wanted.append(("dataset", spec["path"], spec.get("revision"), DATASET_RULE,
+                       f"datasets/{dataset_key(spec['path'])}"))
+    for kind, name, revision, rule, target in wanted:
+        where = (f"train jobs run offline (HF_HUB_OFFLINE=1): run the `{rule}` rule on the login node first "
+                 f"(snakemake results/prefetch/{target}.json; the sweep runs it before `train`)")
+        if revision is None:
+            raise PrefetchError(f"run {run_config['run']}: {kind} {name} has no pinned revision; {where}")
+        try:
+            fetch_repo(name, kind, revision, cache_dir, local_files_only=True)
+        except PrefetchError as e:
+            raise PrefetchError(f"run {run_config['run']}: {kind} {name} revision {revision} is not in the Hugging "
+                                f"Face cache ({e}); {where}") from e
