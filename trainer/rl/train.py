@@ -32,7 +32,7 @@ from trainer.sweep import rundir
 from trainer.sweep.config import changed_keys, is_eval_step
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet, routing_table
-from trainer.rl.rollout import make_generator
+from trainer.rl.rollout import make_generator, rollout_settings
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Turn, Workflow, make_workflow, score_episodes
 
@@ -206,7 +206,8 @@ class Trainer:
         self.policies = PolicySet(base, self.routing, self.t)
         self.recorders = {p.name: GradientRecorder(p.params) for p in self.policies}
         common = dict(max_new_tokens=self.t["max_completion_length"], top_p=self.t["top_p"],
-                      enable_thinking=self.t["enable_thinking"], device=self.device)
+                      enable_thinking=self.t["enable_thinking"], device=self.device,
+                      **rollout_settings(self.t))  # issue 18: generation_memory_gb (and the vllm knobs)
         backend = self.t.get("generation_backend", "hf")
         self.generate = make_generator(backend, self.policies, self.tokenizer, temperature=self.t["temperature"],
                                        **common)
@@ -395,7 +396,7 @@ class Trainer:
             self.evaluate(0)
             self.log(f"step 0/{max_steps} eval " + self._eval_summary())
         for step in range(start + 1, max_steps + 1):
-            tokens_before = self.generate.generated_tokens
+            tokens_before, chunks_before = self.generate.generated_tokens, self.generate.chunks
             t0 = time.time()
             self.train_step(step)
             pause_for_tests("step")
@@ -414,7 +415,8 @@ class Trainer:
             tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
             left = elapsed / (step - start) * (max_steps - step)
             self.log(f"step {step}/{max_steps} reward {rewards} | eval {self._eval_summary()} | "
-                     f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
+                     f"{tok_s:.0f} tok/s, {self.generate.chunks - chunks_before} generate chunks | "
+                     f"{elapsed:.0f}s elapsed, {left:.0f}s left")
         return self.publish(max_steps, time.time() - t_start)
 
     def check_skipped(self, step: int) -> None:
