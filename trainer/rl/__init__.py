@@ -3,5 +3,5 @@
 Owns: the training loop (`train`), the GRPO loss and advantages (`grpo`), the role -> policy
 routing and the policies' adapters and optimizers (`policies`), rollout engines (`rollout`).
 May import `trainer.settings`, `trainer.sweep.rundir` (the files it writes), `trainer.sweep.config`
-(hashing), `trainer.workflows`, `trainer.tasks` and `trainer.models`; never `trainer.sweep.launch`.
+(hashing), `trainer.sweep.preflight` (a backend's errors before work), `trainer.workflows`, `trainer.tasks` and `trainer.models`; never `trainer.sweep.launch`.
 """

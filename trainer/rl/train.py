@@ -30,6 +30,7 @@ import torch
 
 from trainer.sweep import rundir
 from trainer.sweep.config import changed_keys, is_eval_step
+from trainer.sweep.preflight import check_run
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator, rollout_settings
@@ -199,6 +200,7 @@ class Trainer:
         seed_everything(run_config["seed"])
         if self.device == "cpu":
             torch.set_num_threads(max(1, int(run_config["resources"].get("cpus", 1))))
+        check_run(run_config)  # issue 18: a rollout backend that cannot start fails before the model loads
         self.tokenizer, base = self._load_base()
         self.task = get_task(run_config["task"])
         self.workflow = make_workflow(run_config["workflow"], run_config["workflow_params"], self.task)
