@@ -2,7 +2,7 @@
 
 The `GenerationBackend` interface is what workflows call (through `__call__(role, prompts)`);
 Hugging Face `generate` (left padding, KV cache) is the default backend. `training.generation_backend`
-picks one (`make_generator`): `hf`, or `vllm`, optional, for GPUs.
+picks one (`make_generator`): `hf`, or `vllm` (trainer.rl.vllm_engine, the `vllm` extra).
 """
 
 from __future__ import annotations
@@ -21,8 +21,13 @@ class GenerationBackend(Protocol):
     """Generates one completion per prompt for a role, with that role's policy."""
 
     calls: int
+    chunks: int
+    generated_tokens: int
 
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
+
+    def after_update(self, step: int) -> None:
+        """Called after every optimizer step: bring the updated weights to the engine (and verify them)."""
 
 
 def chat_prompt(tokenizer: Any, user_message: str, enable_thinking: bool) -> str:
@@ -116,6 +121,9 @@ class HFGenerator:
                 results[i] = completion
         return results  # type: ignore[return-value]
 
+    def after_update(self, step: int) -> None:
+        """Nothing to sync: this backend generates with the trainer's own modules."""
+
     def _generate(self, model: Any, prompt_ids: list[list[int]]) -> list[Completion]:
         """One Hugging Face `generate` over already tokenized prompts (left padded)."""
         enc = self.tokenizer.pad({"input_ids": prompt_ids}, return_tensors="pt", padding_side="left").to(self.device)
@@ -137,20 +145,27 @@ class HFGenerator:
         return results
 
 
-def _vllm_generator(policies: PolicySet, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigError("training.generation_backend: 'vllm' needs the vllm package, which is not installed "
-                          "here (pip install vllm, on a GPU machine), or set training.generation_backend: hf")
-    raise ConfigError("training.generation_backend: 'vllm' is installed, but this trainer has no vLLM backend "
-                      "yet (its adapters would have to be synchronised to the engine every step); use hf")
+def _vllm_generator(policies: PolicySet, tokenizer: Any, *, training: dict[str, Any], seed: int,
+                    **kwargs: Any) -> GenerationBackend:
+    """The colocated vLLM engine's generator (trainer.rl.vllm_engine; preflight checked that vllm imports)."""
+    from trainer.rl.vllm_engine import VLLMGenerator
+
+    model = policies.model(next(iter(policies.policies)))
+    # null max_model_len: room for prompts that quote several completions (an aggregator's), within the model's
+    max_len = min(8 * kwargs["max_new_tokens"] + 1024, model.config.max_position_embeddings)
+    return VLLMGenerator(policies, tokenizer, training=training, seed=seed, max_model_len=max_len, **kwargs)
 
 
 # training.generation_backend -> constructor (the config schema lists the same names)
 _BACKENDS = {"hf": HFGenerator, "vllm": _vllm_generator}
 
 
-def make_generator(backend: str, policies: PolicySet, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
-    """The rollout backend named by `training.generation_backend` (HFGenerator's arguments)."""
+def make_generator(backend: str, policies: PolicySet, tokenizer: Any, training: dict[str, Any] | None = None,
+                   seed: int = 0, **kwargs: Any) -> GenerationBackend:
+    """The rollout backend named by `training.generation_backend` (HFGenerator's arguments; the vllm
+    backend also reads `training` (its engine knobs) and the run's `seed`)."""
     if backend not in _BACKENDS:
         raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(_BACKENDS)})")
-    return _BACKENDS[backend](policies, tokenizer, **kwargs)
+    if backend == "vllm":
+        return _vllm_generator(policies, tokenizer, training=training or {}, seed=seed, **kwargs)
+    return HFGenerator(policies, tokenizer, **kwargs)

@@ -34,6 +34,7 @@ from trainer.sweep.preflight import check_run
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator, rollout_settings
+from trainer.rl.weight_sync import logp_mismatch
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Turn, Workflow, make_workflow, score_episodes
 
@@ -211,6 +212,7 @@ class Trainer:
                       enable_thinking=self.t["enable_thinking"], device=self.device,
                       **rollout_settings(self.t))  # issue 18: generation_memory_gb (and the vllm knobs)
         backend = self.t.get("generation_backend", "hf")
+        common.update(training=self.t, seed=self.cfg["seed"])  # issue 18: the vllm engine's knobs and seed
         self.generate = make_generator(backend, self.policies, self.tokenizer, temperature=self.t["temperature"],
                                        **common)
         self.eval_generate = make_generator(backend, self.policies, self.tokenizer,
@@ -333,6 +335,9 @@ class Trainer:
         t0 = time.time()
         episodes, _ = self.rollout(step)
         turns = [t for ep in episodes for t in ep.turns]
+        # issue 18: training-inference mismatch per role, before the update (vllm only: HF logps are the trainer's)
+        mismatch = logp_mismatch(self.policies, turns, self.t["temperature"]) if self.t.get(
+            "generation_backend") == "vllm" else {}
         for policy in self.policies:
             rows = [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
                     for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
@@ -356,7 +361,9 @@ class Trainer:
                     "clip_ratio": s.get("clipped", float("nan")) / tokens,
                     "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
+                    "logp_mismatch": mismatch.get(role, float("nan")),  # issue 18
                 })
+        self.generate.after_update(step)  # issue 18: sync the updated weights into the engine, verified
 
     # -- evaluation -------------------------------------------------------------------------
     @torch.no_grad()

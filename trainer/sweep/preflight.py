@@ -63,6 +63,9 @@ def run_problems(run_config: dict[str, Any]) -> list[str]:
         if rank > served or served not in VLLM_LORA_RANKS:
             problems.append(f"training.lora.r: rank {rank} is above training.vllm.max_lora_rank ({served}); vLLM "
                             f"serves ranks up to {VLLM_LORA_RANKS[-1]}, as max_lora_rank one of {VLLM_LORA_RANKS}")
+    if training.get("finetune") == "full" and (run_config.get("policy") != "shared" or training.get("policy_groups")):
+        problems.append("training.finetune: full with the vllm backend serves one policy (the engine holds one "
+                        "set of weights): use finetune lora for several policies, or policy shared")
     gpus = int(run_config["resources"].get("gpus", 0))
     if knobs["tensor_parallel_size"] > max(gpus, 1):
         problems.append(f"training.vllm.tensor_parallel_size: {knobs['tensor_parallel_size']} is above the job's "
