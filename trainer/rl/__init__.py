@@ -1,7 +1,10 @@
 """The RL side: the multi-role GRPO loop of one run.
 
 Owns: the training loop (`train`), the GRPO loss and advantages (`grpo`), the role -> policy
-routing and the policies' adapters and optimizers (`policies`), rollout engines (`rollout`).
+routing and the policies' adapters and optimizers (`policies`), rollout engines (`rollout`: HF,
+chunked; `vllm_engine`: the colocated vLLM engine; `weight_sync`: its verified sync and the
+training-inference mismatch; `chat`: the chat template).
 May import `trainer.settings`, `trainer.sweep.rundir` (the files it writes), `trainer.sweep.config`
-(hashing), `trainer.sweep.preflight` (a backend's errors before work), `trainer.workflows`, `trainer.tasks` and `trainer.models`; never `trainer.sweep.launch`.
+(hashing), `trainer.sweep.preflight` (a backend's errors before work), `trainer.workflows`,
+`trainer.tasks` and `trainer.models`; never `trainer.sweep.launch`.
 """

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from trainer.sweep.config import ConfigError
+from trainer.rl.chat import chat_prompt  # noqa: F401  (re-exported: base_model and tests import it here)
 from trainer.rl.policies import PolicySet
 from trainer.workflows import Completion
 
@@ -28,12 +29,6 @@ class GenerationBackend(Protocol):
 
     def after_update(self, step: int) -> None:
         """Called after every optimizer step: bring the updated weights to the engine (and verify them)."""
-
-
-def chat_prompt(tokenizer: Any, user_message: str, enable_thinking: bool) -> str:
-    """The user message rendered with the model's chat template, ready for the assistant's turn."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=enable_thinking)
 
 
 # training.generation_memory_gb: null -> these defaults (GiB of KV cache one generate call may hold)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from trainer.rl.chat import chat_prompt
 from trainer.rl.policies import PolicySet
 from trainer.sweep.preflight import served_lora_rank, vllm_settings
 from trainer.workflows import Completion
@@ -110,9 +111,7 @@ class VLLMGenerator:
                  top_p: float = 1.0, enable_thinking: bool = False, device: str | torch.device = "cpu",
                  generation_memory_gb: float | None = None, training: dict[str, Any] | None = None,
                  seed: int = 0, max_model_len: int = 4096):
-        from trainer.rl.rollout import chat_prompt
-
-        self.policies, self.tokenizer, self.chat = policies, tokenizer, chat_prompt
+        self.policies, self.tokenizer = policies, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.enable_thinking, self.device = enable_thinking, device
         self.calls, self.chunks, self.generated_tokens, self.seed = 0, 0, 0, seed
@@ -142,7 +141,7 @@ class VLLMGenerator:
         self.chunks += 1
         # a seed per request from the torch generator, which the trainer seeds per step
         seed = int(torch.randint(0, 2**31 - 1, (1,)))
-        texts = [self.chat(self.tokenizer, p, self.enable_thinking) for p in prompts]
+        texts = [chat_prompt(self.tokenizer, p, self.enable_thinking) for p in prompts]
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         outs = self.engine.generate([self.policies.routing[r] for r in roles], ids, self.sampling(len(ids), seed))
         results = []

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from trainer.rl.chat import chat_prompt
 from trainer.rl.policies import PolicySet
 
 PROBE_PROMPT = "Calculate 12 + 7. Give the answer in \\boxed{}."
@@ -56,8 +57,6 @@ def verify_sync(engine: Any, tokenizer: Any, step: int) -> dict[str, float]:
     token's: a peaked model gives its greedy token log p ~ 0 under any nearby weights, the others move.
     Returns policy -> max |log p difference|."""
     from vllm import SamplingParams
-
-    from trainer.rl.rollout import chat_prompt
 
     policies: PolicySet = engine.policies
     names = list(policies.policies)
