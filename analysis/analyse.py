@@ -20,7 +20,7 @@ import pandas as pd
 from analysis import tables
 from analysis.names import AXES
 from analysis.summary import add_single_baseline, aggregate_seeds
-from analysis.sweep import summarize_runs, write_tables
+from analysis.per_run import summarize_runs, write_tables
 
 SKIPPED_COLUMNS = ["run", "status", "reason"]
 

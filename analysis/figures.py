@@ -1,16 +1,15 @@
 """The study's figures, from the tables `analysis analyse` writes (parquet alone).
 
-One colour per policy, one marker per scale, one colour per role, the same in every figure; cells of the
-matrix with no analysed run are drawn as labelled "missing" gaps.
+Figures 1-4 (accuracy curves, peak vs terminal, gains, cliffs) live here, 5-6 (gradients) in
+`analysis.gradient_figures`; both draw with `analysis.figure_data`'s grid and style. Cells of the
+matrix with no analysed run are drawn as labelled "missing" gaps. `render_all` renders them all.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -22,67 +21,20 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from analysis.names import FIGURE_FORMATS, GROUP_ROLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER  # noqa: E402
+from analysis.figure_data import (  # noqa: E402
+    MISSING,
+    POLICY_COLOURS,
+    Data,
+    Grid,
+    legend_handles,
+    load,
+    make_grid,
+    select,
+    wf_name,
+)
+from analysis.gradient_figures import isolated_gradients, shared_capture  # noqa: E402
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
-
-POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
-POLICY_ORDER = ["shared", "isolated"]
-SCALE_MARKERS = ["o", "s", "^", "D", "v", "P"]
-ROLE_COLOURS = {"generator": "#2ca02c", "evaluator": "#9467bd", "aggregator": "#ff7f0e", "orchestrator": "#8c564b",
-                "worker": "#17becf", "synthesizer": "#e377c2"}
-MISSING = dict(ha="center", va="center", color="0.45", fontsize=8, style="italic")
-
-
-@dataclass
-class Grid:
-    """The matrix's axes: what every figure lays out, whether or not a run exists."""
-
-    workflows: list[str]
-    tasks: list[str]
-    scales: list[str]
-    policies: list[str]
-
-    @property
-    def markers(self) -> dict[str, str]:
-        return {s: SCALE_MARKERS[i % len(SCALE_MARKERS)] for i, s in enumerate(self.scales)}
-
-    @property
-    def multi(self) -> list[str]:
-        return [w for w in self.workflows if w != "single"]
-
-
-@dataclass
-class Data:
-    """What the figures read: the per-run summary and `analyse`'s intermediate tables (primary split)."""
-
-    summary: pd.DataFrame
-    curves: pd.DataFrame
-    gradients: pd.DataFrame
-    amplification: pd.DataFrame
-    capture_share: float = CAPTURE_SHARE
-
-
-def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
-    grid = expected if expected is not None and len(expected) else summary
-    has = len(grid) > 0
-    present = set(grid["workflow"]) if has else set()
-    return Grid(workflows=[w for w in WORKFLOW_ORDER if w in present] or ["single"],
-                tasks=sorted(set(grid["task"])) if has else ["math"],
-                scales=sorted(set(grid["scale"])) if has else [],
-                policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER)
-
-
-def load(results: str | Path) -> Data:
-    """The tables of a results directory, primary eval split only."""
-    results = Path(results)
-    summary = pd.read_parquet(results / "summary.parquet")
-    if "primary" in summary:
-        summary = summary[summary["primary"].astype(bool)]
-    curves = pd.read_parquet(results / "analysis" / "curves.parquet")
-    if "primary" in curves:
-        curves = curves[curves["primary"].astype(bool)]
-    return Data(summary, curves, pd.read_parquet(results / "analysis" / "gradients.parquet"),
-                pd.read_parquet(results / "analysis" / "amplification.parquet"))
+from analysis.names import FIGURE_FORMATS  # noqa: E402
 
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
@@ -92,27 +44,6 @@ def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
         fig.savefig(p, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return paths
-
-
-def _wf(w: str) -> str:
-    return WORKFLOW_NAMES.get(w, w)
-
-
-def _legend_handles(grid: Grid, policies: list[str] | None = None, lines: bool = False) -> list[Line2D]:
-    """Policy colours then scale markers: the key every figure shares."""
-    hs = [Line2D([], [], color=POLICY_COLOURS[p], lw=2 if lines else 0, marker=None if lines else "o", ms=7,
-                 label=f"{p} policy") for p in (policies or grid.policies)]
-    hs += [Line2D([], [], color="0.3", lw=0, marker=m, ms=6, label=s) for s, m in grid.markers.items()]
-    return hs
-
-
-def _sel(df: pd.DataFrame, **kw) -> pd.DataFrame:
-    if not len(df):
-        return df
-    mask = np.ones(len(df), dtype=bool)
-    for k, v in kw.items():
-        mask &= (df[k] == v).to_numpy()
-    return df[mask]
 
 
 # 1 -------------------------------------------------------------------------------------------------------------
@@ -125,14 +56,14 @@ def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
     for r, wf in enumerate(grid.workflows):
         for c, task in enumerate(grid.tasks):
             ax = axes[r][c]
-            ax.set_title(f"{_wf(wf)} / {task}", fontsize=9)
-            cell = _sel(curves, workflow=wf, task=task)
+            ax.set_title(f"{wf_name(wf)} / {task}", fontsize=9)
+            cell = select(curves, workflow=wf, task=task)
             missing = []
             for scale in grid.scales:
                 for policy in grid.policies:
                     if wf == "single" and policy != "shared":
                         continue
-                    g = _sel(cell, scale=scale, policy=policy)
+                    g = select(cell, scale=scale, policy=policy)
                     if not len(g):
                         missing.append(f"{scale}/{policy}")
                         continue
@@ -158,7 +89,7 @@ def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
             if c == 0:
                 ax.set_ylabel("eval accuracy")
             ax.grid(alpha=0.3)
-    handles = _legend_handles(grid, lines=True) + [Line2D([], [], color="0.3", ls="--", lw=0.8, label="base model")]
+    handles = legend_handles(grid, lines=True) + [Line2D([], [], color="0.3", ls="--", lw=0.8, label="base model")]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
     fig.suptitle("Eval accuracy over training (mean over seeds, band: ±1 std; dashed: base model)", fontsize=10)
@@ -201,10 +132,10 @@ def peak_vs_terminal(data: Data, grid: Grid) -> plt.Figure:
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels(labels[::-1] if i == 0 else [""] * len(labels), fontsize=7)
         ax.set_ylim(-0.6, len(labels) - 0.4)
-        ax.set_title(_wf(wf), fontsize=9)
+        ax.set_title(wf_name(wf), fontsize=9)
         ax.set_xlabel("accuracy")
         ax.grid(axis="x", alpha=0.3)
-    handles = _legend_handles(grid) + [
+    handles = legend_handles(grid) + [
         Line2D([], [], color="0.3", marker="o", lw=0, label="peak (filled)"),
         Line2D([], [], color="0.3", marker="o", mfc="white", lw=0, label="terminal (open)"),
         Line2D([], [], color="0.3", marker="|", lw=0, ms=8, label="base")]
@@ -256,7 +187,7 @@ def gain_heatmaps(data: Data, grid: Grid) -> plt.Figure:
                     if (wf, t, sc, policy) in means.index:
                         mat[i, j] = means.loc[(wf, t, sc, policy), gain]
             ax = axes[r][c]
-            im = _heat(ax, mat, [_wf(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], vmax, "RdBu_r", "+.2f")
+            im = _heat(ax, mat, [wf_name(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], vmax, "RdBu_r", "+.2f")
             ax.set_title(f"{policy} policy: {gain.replace('_', ' ')}", fontsize=9, color=POLICY_COLOURS[policy])
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="accuracy gain over base")
     fig.suptitle("Gain over the base model (mean over seeds)", fontsize=10)
@@ -281,7 +212,7 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
             for j, (t, sc) in enumerate(cols):
                 if (wf, t, sc, policy) in rate.index:
                     mat[i, j] = rate.loc[(wf, t, sc, policy)]
-        im = _heat(ax, mat, [_wf(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], 1.0, "Reds", ".2f", vmin=0.0)
+        im = _heat(ax, mat, [wf_name(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], 1.0, "Reds", ".2f", vmin=0.0)
         ax.set_title(f"cliff rate, {policy} policy", fontsize=9, color=POLICY_COLOURS[policy])
     heat_axes = list(fig.axes)
     fig.colorbar(im, ax=heat_axes, shrink=0.8, label="fraction of seeds with a cliff", location="bottom",
@@ -293,165 +224,23 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
         for policy in grid.policies:
             off = -0.15 if policy == "shared" else 0.15
             for scale in grid.scales:
-                g = _sel(cl, workflow=wf, policy=policy, scale=scale)
+                g = select(cl, workflow=wf, policy=policy, scale=scale)
                 if not len(g):
                     continue
                 x = (g["cliff_step"] / g["max_steps"]).to_numpy(dtype=float)
                 y = i + off + rng.uniform(-0.08, 0.08, len(x))
                 ax.scatter(x, y, color=POLICY_COLOURS[policy], marker=grid.markers[scale], s=18, alpha=0.8)
-        if not len(_sel(cl, workflow=wf)):
-            ax.text(0.5, i, "no cliffs" if len(_sel(s, workflow=wf)) else "missing", **MISSING)
+        if not len(select(cl, workflow=wf)):
+            ax.text(0.5, i, "no cliffs" if len(select(s, workflow=wf)) else "missing", **MISSING)
     ax.set_yticks(range(len(grid.workflows)))
-    ax.set_yticklabels([_wf(w) for w in grid.workflows], fontsize=7)
+    ax.set_yticklabels([wf_name(w) for w in grid.workflows], fontsize=7)
     ax.set_ylim(len(grid.workflows) - 0.5, -0.5)
     ax.set_xlim(0, 1)
     ax.set_xlabel("cliff step / training steps")
     ax.set_title("when cliffs happen", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(handles=_legend_handles(grid), fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    ax.legend(handles=legend_handles(grid), fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.suptitle("Cliffs: a drop from the peak sustained to the end", fontsize=10)
-    return fig
-
-
-def _roles(df: pd.DataFrame) -> list[str]:
-    present = set(df["role"]) if len(df) else set()
-    return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
-
-
-def _log_y(ax: plt.Axes) -> None:
-    """A log y-axis with plain tick labels (0.5, 1, 2, 3, 5, ...), dense enough for a range under a decade."""
-    ax.set_yscale("log")
-    ax.yaxis.set_major_locator(mticker.LogLocator(subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
-    ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(mticker.NullFormatter())
-
-
-def _binned_mean(g: pd.DataFrame, value: str, bins: int = 50) -> pd.Series:
-    """Mean of `value` per step over runs, on at most `bins` step bins (keeps lines readable and fast);
-    empty where `g` is (e.g. a role whose every step had no gradient: all its rewards tied)."""
-    if g.empty:
-        return pd.Series(dtype=float)
-    steps = g["step"].to_numpy()
-    width = max(int(math.ceil((steps.max() - steps.min() + 1) / bins)), 1)
-    b = (steps - 1) // width * width + width / 2
-    return g.groupby(b)[value].mean()
-
-
-# 5 -------------------------------------------------------------------------------------------------------------
-def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
-    """Top: per-role gradient norm over training under Isolated (mean over runs, log scale if wide), one panel per workflow.
-    Bottom: amplification (a same-role group's gradient norm over the single-agent roles') against parallel agents."""
-    wfs = grid.multi or grid.workflows
-    fig, axes = plt.subplots(2, len(wfs), figsize=(3.8 * len(wfs), 6.4), squeeze=False)
-    g_iso = _sel(data.gradients, policy="isolated")
-    for i, wf in enumerate(wfs):
-        ax = axes[0][i]
-        g = _sel(g_iso, workflow=wf)
-        ax.set_title(f"{_wf(wf)}: grad norm (isolated)", fontsize=9)
-        if not len(g):
-            ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
-        for role in _roles(g):
-            m = _binned_mean(_sel(g, role=role).dropna(subset=["grad_norm"]), "grad_norm")
-            ax.plot(m.index, m.values, color=ROLE_COLOURS.get(role, "0.3"), lw=1.3, label=role)
-        lo, hi = ax.get_ylim()
-        if len(g) and lo > 0 and hi / lo > 2:  # log only where it spreads the lines; narrow ranges stay linear
-            _log_y(ax)
-        if len(g):
-            ax.legend(fontsize=7, loc="upper left")
-        ax.set_xlabel("training step")
-        ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))  # steps are whole numbers
-        if i == 0:
-            ax.set_ylabel("gradient norm (pre-clip)")
-        ax.grid(alpha=0.3)
-
-        ax = axes[1][i]
-        amp = _sel(data.amplification, workflow=wf)
-        group = GROUP_ROLES.get(wf, (None, None))[0]
-        if group is None:
-            ax.text(0.5, 0.5, f"{_wf(wf)}:\nno parallel same-role agents", transform=ax.transAxes, **MISSING)
-            ax.set_axis_off()
-            continue
-        ax.axhline(1.0, color="0.4", lw=0.8, ls=":")
-        # a ratio: log scale, so x3 above 1 and /3 below it look alike, and a near-zero reference
-        # norm (a role whose output turned deterministic) does not flatten every other point
-        _log_y(ax)
-        if not len(amp):
-            ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
-        else:
-            a = amp[amp["group_role"].astype(bool)]
-            for policy in grid.policies:
-                for scale in grid.scales:
-                    p = _sel(a, policy=policy, scale=scale)
-                    if len(p):
-                        ax.scatter(p["parallel_agents"], p["amplification"], color=POLICY_COLOURS[policy],
-                                   marker=grid.markers[scale], s=22, alpha=0.75)
-                p = _sel(a, policy=policy)
-                if len(p) > 1 and p["parallel_agents"].nunique() > 1:
-                    m = p.groupby("parallel_agents")["amplification"].mean()
-                    ax.plot(m.index, m.values, color=POLICY_COLOURS[policy], lw=1, alpha=0.7)
-            ax.set_title(f"{_wf(wf)}: {group}s vs parallel agents", fontsize=9)
-            ax.legend(handles=_legend_handles(grid), fontsize=6, loc="upper left")
-        ax.set_xlabel("parallel agents per prompt")
-        if i == 0 or GROUP_ROLES.get(wfs[i - 1]) is None:
-            ax.set_ylabel("amplification\n(norm / single-agent roles')")
-        ax.grid(alpha=0.3)
-    fig.suptitle("Role-level gradients under Isolated-Policy; amplification of parallel agents", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-# 6 -------------------------------------------------------------------------------------------------------------
-def shared_capture(data: Data, grid: Grid) -> plt.Figure:
-    """Per-role share of the shared policy's squared gradient over training (stacked, mean over runs), rows =
-    workflow, columns = task; the median capture step marked, with the role that captures most runs."""
-    wfs = grid.multi or grid.workflows
-    nr, nc = len(wfs), len(grid.tasks)
-    fig, axes = plt.subplots(nr, nc, figsize=(4.2 * nc + 1.6, 2.3 * nr + 0.6), squeeze=False, sharex=True,
-                             sharey=True)
-    g_sh = _sel(data.gradients, policy="shared")
-    s_sh = _sel(data.summary, policy="shared")
-    all_roles: list[str] = []
-    for r, wf in enumerate(wfs):
-        for c, task in enumerate(grid.tasks):
-            ax = axes[r][c]
-            ax.set_title(f"{_wf(wf)} / {task}", fontsize=9)
-            ax.set_ylim(0, 1)
-            if r == nr - 1:
-                ax.set_xlabel("training step")
-                ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))  # steps are whole numbers
-            if c == 0:
-                ax.set_ylabel("share of squared grad")
-            g = _sel(g_sh, workflow=wf, task=task)
-            if not len(g):
-                ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
-                continue
-            runs = _sel(s_sh, workflow=wf, task=task)
-            caught = runs[runs["capture_step"].notna()] if "capture_step" in runs else runs.iloc[0:0]
-            label = "no capture"
-            if len(caught):  # average the runs the most frequent capturer took, so capture is not averaged away
-                role = caught["capture_role"].mode().iloc[0]
-                caught = caught[caught["capture_role"] == role]
-                g = g[g["run"].isin(set(caught["run"]))]
-                step = float(caught["capture_step"].median())
-                ax.axvline(step, color="black", lw=1.2, ls="--")
-                label = f"captured by {role}: {len(caught)}/{runs['run'].nunique()} runs (shown)"
-            roles = _roles(g)
-            all_roles += [x for x in roles if x not in all_roles]
-            lines = {role: _binned_mean(_sel(g, role=role).dropna(subset=["grad_sq_share"]), "grad_sq_share")
-                     for role in roles}
-            frame = pd.DataFrame(lines).sort_index().fillna(0.0)
-            ax.stackplot(frame.index, frame.T.values, colors=[ROLE_COLOURS.get(x, "0.5") for x in roles], alpha=0.85)
-            ax.axhline(data.capture_share, color="black", lw=0.7, ls=":")
-            ax.text(0.02, 0.96, label, fontsize=6.5, ha="left", va="top", transform=ax.transAxes,
-                    bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5))
-            ax.margins(x=0)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=ROLE_COLOURS.get(x, "0.5"), label=x) for x in all_roles]
-    handles += [Line2D([], [], color="black", ls="--", label="median capture step"),
-                Line2D([], [], color="black", ls=":", lw=0.7, label=f"capture share {data.capture_share:g}")]
-    fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
-    fig.suptitle("Who takes the gradient of a Shared policy (mean over the runs its most frequent capturer took)",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.84, 1))
     return fig
 
 

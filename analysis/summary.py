@@ -1,74 +1,12 @@
-"""Per-run summaries from parquet logs: base, peak, terminal, gains, cliffs (DESIGN.md's definitions)."""
+"""The sweep's summary table: each run against `single`, and seeds aggregated per cell."""
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import numpy as np
 import pandas as pd
 
-from analysis.names import AXES, CELL
-from analysis.runs import RunLogError, RunLogs
+from analysis.names import CELL
 
-__all__ = ["RunLogError", "summarize_curve", "curve_rows", "add_single_baseline", "aggregate_seeds"]
-
-
-def smooth(values: np.ndarray, window: int) -> np.ndarray:
-    """Trailing moving average over `window` evals, ignoring NaNs (a NaN eval stays NaN)."""
-    s = pd.Series(values, dtype=float)
-    out = s.rolling(window, min_periods=1).mean().to_numpy(copy=True)
-    out[np.isnan(values)] = np.nan
-    return out
-
-
-def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int = 1, terminal_k: int = 3,
-                    cliff_drop: float = 0.1) -> dict[str, Any]:
-    """Summary of one accuracy curve (steps ascending, step 0 = the base model).
-
-    cliff: peak_acc - terminal_acc >= cliff_drop and, from some eval after the peak to the end,
-    accuracy stays below peak_acc - cliff_drop; cliff_step is the first such eval.
-    """
-    steps, acc = np.array(steps, dtype=float), np.array(acc, dtype=float)
-    order = np.argsort(steps, kind="stable")
-    steps, acc = steps[order], acc[order]
-    valid = ~np.isnan(acc)
-    nan = float("nan")
-    out = {"base_acc": nan, "peak_acc": nan, "peak_step": nan, "terminal_acc": nan, "gain_peak": nan,
-           "gain_terminal": nan, "cliff": False, "cliff_step": nan, "cliff_depth": 0.0, "n_evals": int(valid.sum())}
-    if not valid.any():
-        return out
-    base = acc[0] if steps[0] == 0 and valid[0] else nan
-    smoothed = smooth(acc, smoothing_window)
-    peak_i = int(np.nanargmax(smoothed))
-    peak = float(smoothed[peak_i])
-    terminal = float(np.mean(acc[valid][-terminal_k:]))
-    out.update(base_acc=float(base), peak_acc=peak, peak_step=float(steps[peak_i]), terminal_acc=terminal,
-               gain_peak=peak - base, gain_terminal=terminal - base)
-    threshold = peak - cliff_drop
-    if peak - terminal >= cliff_drop - 1e-12:
-        below = np.where(valid, acc < threshold + 1e-12, True)  # a NaN eval neither breaks nor makes a cliff
-        for j in range(peak_i + 1, len(acc)):
-            if valid[j] and below[j:].all():
-                out.update(cliff=True, cliff_step=float(steps[j]), cliff_depth=peak - terminal)
-                break
-    return out
-
-
-def curve_rows(logs: RunLogs, analysis: dict[str, Any]) -> list[dict[str, Any]]:
-    """One summary row per eval split of a checked run (DESIGN.md's definitions), with its noise floor."""
-    cfg, rows = logs.config, []
-    for split, g in logs.evals.groupby("split", sort=False):
-        s = summarize_curve(g["step"].to_numpy(), g["accuracy"].to_numpy(),
-                            smoothing_window=analysis.get("smoothing_window", 1),
-                            terminal_k=analysis.get("terminal_k", 3), cliff_drop=analysis.get("cliff_drop", 0.1))
-        n = int(g["n"].iloc[0]) if len(g) else 0
-        base = s["base_acc"]
-        # two binomial standard errors of the eval set: the noise floor of a gain
-        s["gain_noise"] = 2 * math.sqrt(max(base * (1 - base), 1e-12) / n) if n and not math.isnan(base) else math.nan
-        rows.append({"run": cfg["run"], **{a: cfg[a] for a in AXES}, "split": split, "n_eval": n,
-                     "max_steps": cfg["training"]["max_steps"], **s})
-    return rows
+__all__ = ["add_single_baseline", "aggregate_seeds", "SEED_METRICS"]
 
 
 def add_single_baseline(summary: pd.DataFrame) -> pd.DataFrame:

@@ -68,6 +68,20 @@ def write_synthetic_run(run_dir: Path, run: str, *, steps: int = 30, eval_every:
     rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
 
     s = np.arange(1, steps + 1)
+    train = _train_frame(s, roles, policy, rng, accuracy, grad_norm, grad_sq_share, n_turns, completion_len)
+    evals = _eval_frame(steps, eval_every, accuracy, parse_rate, diagnostics, splits or ["main"])
+    rundir.write_parquet_atomic(rundir.to_table(train, rundir.TRAIN_SCHEMA), run_dir / rundir.TRAIN_PARQUET)
+    rundir.write_parquet_atomic(rundir.to_table(evals, rundir.EVAL_SCHEMA), run_dir / rundir.EVAL_PARQUET)
+    rundir.write_parquet_atomic(rundir.to_table(samples or [], rundir.SAMPLES_SCHEMA), run_dir / rundir.SAMPLES_PARQUET)
+    rundir.write_json_atomic({"run": run, "steps_done": steps, "steps_expected": steps, "config_hash": "synthetic",
+                              "wall_time_s": 1.0}, run_dir / rundir.DONE_JSON)
+
+
+def _train_frame(s: np.ndarray, roles: list[str], policy: dict[str, str], rng: np.random.Generator,
+                 accuracy: Callable[[float], float], grad_norm: dict[str, PerStep] | None,
+                 grad_sq_share: dict[str, PerStep] | None, n_turns: dict[str, PerStep] | None,
+                 completion_len: dict[str, PerStep] | None) -> pd.DataFrame:
+    """train.parquet's rows: one per step and role (defaults: noisy norms, shares normalised per policy)."""
     cols: dict[str, list[np.ndarray]] = {}
     norms = {r: _per_step((grad_norm or {}).get(r, lambda x, i=i: (1 + i) * (1 + rng.random(x.shape))), s)
              for i, r in enumerate(roles)}
@@ -90,20 +104,20 @@ def write_synthetic_run(run_dir: Path, run: str, *, steps: int = 30, eval_every:
             "lr": np.full(n, 2e-5), "skipped": np.zeros(n, dtype=bool), "time_s": np.ones(n)}
         for k, v in block.items():
             cols.setdefault(k, []).append(v)
-    train = pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()}).sort_values(["step", "role"], kind="stable")
+    return pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()}).sort_values(["step", "role"], kind="stable")
 
+
+def _eval_frame(steps: int, eval_every: int, accuracy: Callable[[float], float],
+                parse_rate: Callable[[float], float] | None,
+                diagnostics: dict[str, Callable[[float], float]] | None, splits: list[str]) -> pd.DataFrame:
+    """eval.parquet's rows: one per eval step (every `eval_every`, and the last) and split."""
     eval_steps = list(range(0, steps + 1, eval_every))
     if eval_steps[-1] != steps:
         eval_steps.append(steps)
-    evals = pd.DataFrame([{"step": x, "split": sp, "accuracy": accuracy(x), "n": 200,
-                           "final_answer_parse_rate": parse_rate(x) if parse_rate else 1.0, "time_s": 1.0,
-                           **{k: f(x) for k, f in (diagnostics or {}).items()}}
-                          for x in eval_steps for sp in (splits or ["main"])])
-    rundir.write_parquet_atomic(rundir.to_table(train, rundir.TRAIN_SCHEMA), run_dir / rundir.TRAIN_PARQUET)
-    rundir.write_parquet_atomic(rundir.to_table(evals, rundir.EVAL_SCHEMA), run_dir / rundir.EVAL_PARQUET)
-    rundir.write_parquet_atomic(rundir.to_table(samples or [], rundir.SAMPLES_SCHEMA), run_dir / rundir.SAMPLES_PARQUET)
-    rundir.write_json_atomic({"run": run, "steps_done": steps, "steps_expected": steps, "config_hash": "synthetic",
-                              "wall_time_s": 1.0}, run_dir / rundir.DONE_JSON)
+    return pd.DataFrame([{"step": x, "split": sp, "accuracy": accuracy(x), "n": 200,
+                          "final_answer_parse_rate": parse_rate(x) if parse_rate else 1.0, "time_s": 1.0,
+                          **{k: f(x) for k, f in (diagnostics or {}).items()}}
+                         for x in eval_steps for sp in splits])
 
 
 def _unit(run: str, salt: str) -> float:
@@ -138,6 +152,25 @@ def planted_run(run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 
         return float(np.clip(a + (noise.normal(0, 0.008) if x > 0 else 0.0), 0, 1))
 
     after = (lambda x: cliff_step is not None and x >= cliff_step)  # noqa: E731
+    signature, diagnostics, parse = _planted_diagnostics(rid, u, accuracy, after)
+    if not cliff:
+        signature = None
+    roles = ROLES[rid.workflow]
+    # the number of parallel agents varies with the seed so that amplification has an x axis
+    n_agents = 2 + rid.seed % 4
+    params = {"voting": {"n_votes": n_agents}, "orch_workers": {"max_subtasks": n_agents}}.get(rid.workflow, {})
+    n_turns, grad_norm, share, capture_role = _planted_gradients(rid, roles, u, steps, cliff_step, n_agents)
+    samples = _samples(rid, roles, steps, eval_every, samples_per_eval, n_agents, after, signature)
+    write_synthetic_run(run_dir, run, steps=steps, eval_every=eval_every, accuracy=accuracy,
+                        seed=int(u("seed") * 2 ** 31), diagnostics=diagnostics, grad_norm=grad_norm,
+                        grad_sq_share=share, n_turns=n_turns, parse_rate=parse, workflow_params=params,
+                        samples=samples, splits=[SPLITS[rid.task]])
+    return {"cliff_step": cliff_step, "signature": signature, "capture_role": capture_role, "n_agents": n_agents}
+
+
+def _planted_diagnostics(rid, u: Callable[[str], float], accuracy: Callable[[float], float],
+                         after: Callable[[float], bool]) -> tuple[str | None, dict[str, Callable], Callable | None]:
+    """The workflow's failure signature, its eval diagnostics (stuck from the cliff on) and parse rate."""
     signature, diagnostics = None, {}
     parse = None
     if rid.workflow == "eval_opt":
@@ -158,14 +191,14 @@ def planted_run(run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 
         diagnostics = {"subtasks_mean": lambda x: 1.0 if after(x) and signature == "orchestrator_stops_decomposing"
                        else 2.6, "plan_parse_rate": lambda x: 0.95, "worker_success": lambda x: 0.9}
         parse = lambda x: 0.3 if after(x) and signature == "answers_stop_parsing" else 0.97  # noqa: E731
-    if not cliff:
-        signature = None
+    return signature, diagnostics, parse
 
-    roles = ROLES[rid.workflow]
+
+def _planted_gradients(rid, roles: list[str], u: Callable[[str], float], steps: int, cliff_step: int | None,
+                       n_agents: int) -> tuple[dict[str, float], dict[str, PerStep], dict[str, PerStep] | None,
+                                               str | None]:
+    """Turns per role, gradient norms (amplified for Isolated same-role agents) and Shared capture."""
     group = GROUP_ROLES.get(rid.workflow)
-    # the number of parallel agents varies with the seed so that amplification has an x axis
-    n_agents = 2 + rid.seed % 4
-    params = {"voting": {"n_votes": n_agents}, "orch_workers": {"max_subtasks": n_agents}}.get(rid.workflow, {})
     episodes = 64 * 8
     n_turns = {r: float(episodes * (n_agents if r == group else 1)) for r in roles}
     rng = np.random.default_rng(int(u("grad") * 2 ** 32))
@@ -188,12 +221,7 @@ def planted_run(run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 
         for j, r in enumerate(others):
             w = (j + 1) / sum(range(1, len(others) + 1))
             share[r] = lambda x, w=w: (1 - dominant(x)) * w
-    samples = _samples(rid, roles, steps, eval_every, samples_per_eval, n_agents, after, signature)
-    write_synthetic_run(run_dir, run, steps=steps, eval_every=eval_every, accuracy=accuracy,
-                        seed=int(u("seed") * 2 ** 31), diagnostics=diagnostics, grad_norm=grad_norm,
-                        grad_sq_share=share, n_turns=n_turns, parse_rate=parse, workflow_params=params,
-                        samples=samples, splits=[SPLITS[rid.task]])
-    return {"cliff_step": cliff_step, "signature": signature, "capture_role": capture_role, "n_agents": n_agents}
+    return n_turns, grad_norm, share, capture_role
 
 
 def _samples(rid, roles, steps, eval_every, per_eval, n_agents, after, signature) -> list[dict[str, Any]]:

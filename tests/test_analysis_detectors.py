@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.gradients import capture
-from analysis.summary import summarize_curve
+from analysis.curves import summarize_curve
 from analysis.signatures import majority_ignored, run_signatures
-from analysis.sweep import analyse_run
+from analysis.per_run import analyse_run
 from analysis.runs import load_run
 from benchmarks.synthetic_logs import write_synthetic_run
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
+from trainer.tasks.runners import RUNNERS, runner_source
 from trainer.tasks.sandbox import UID_BASE, UID_COUNT, Limits, Sandbox, outputs_match
 
 ROOT = os.geteuid() == 0
@@ -272,3 +274,18 @@ def test_outputs_match_normalises_whitespace():
     assert outputs_match("0.5", "0.5000000001")
     assert not outputs_match("1 2", "1 2 3")
     assert not outputs_match("YES", "yes")
+
+
+def test_runner_programs_are_modules_shipped_and_read_as_text():
+    import importlib
+    import tomllib
+
+    for name in RUNNERS:
+        text = runner_source(name)
+        compile(text, f"{name}.py", "exec")
+        importlib.import_module(f"trainer.tasks.runners.{name}")  # importing runs nothing
+        assert text.rstrip().endswith('if __name__ == "__main__":\n    _main()')
+    with pytest.raises(ValueError, match="unknown sandbox runner 'nope'"):
+        runner_source("nope")
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert "tasks/runners/*.py" in pyproject["tool"]["setuptools"]["package-data"]["trainer"]

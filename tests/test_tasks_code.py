@@ -8,7 +8,7 @@ import pytest
 
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.tasks.code_task import CodeTask, extract_code
-from trainer.tasks.sources import code_tests
+from trainer.tasks.code_tests import code_tests
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -28,11 +29,18 @@ def _json_arg(text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status (0 when done)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "score":
         from trainer.tasks.cli import main as score_main
 
         return score_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command](args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per entry of COMMANDS (and `score`)."""
     parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,6 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--schema", default=None, help="default: rules/config.schema.yaml beside the config")
     p.add_argument("--matrix", default=None)
+    _add_status_parser(sub)
+    sub.add_parser("score", help="re-score saved completions (see trainer/tasks/cli.py)")
+    p = sub.add_parser("install-profile", help="link profiles/NAME where `snakemake --profile NAME` looks")
+    p.add_argument("--name", default="slurm")
+    p.add_argument("--repo", default=".", help="the repository root (default: here)")
+    return parser
+
+
+def _add_status_parser(sub: argparse._SubParsersAction) -> None:
+    """`status`'s options: config files and overrides as Snakemake takes them."""
     p = sub.add_parser("status", help="where every run of the matrix stands (not started, queued, running, failed, "
                                       "interrupted, done)")
     p.add_argument("--config-file", action="append", default=None,
@@ -64,41 +82,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--matrix", default=None, help="the matrix to list (default: the config's `matrix`)")
     p.add_argument("--results", default="results", help="the results directory (default: results)")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
-    sub.add_parser("score", help="re-score saved completions (see trainer/tasks/cli.py)")
-    p = sub.add_parser("install-profile", help="link profiles/NAME where `snakemake --profile NAME` looks")
-    p.add_argument("--name", default="slurm")
-    p.add_argument("--repo", default=".", help="the repository root (default: here)")
-    args = parser.parse_args(argv)
 
-    if args.command == "base-model":
-        from trainer.models.base_model import build_base_model
 
-        build_base_model(args.spec, args.out)
-    elif args.command == "launch":
-        from trainer.sweep.launch import LaunchError, launch
+def base_model_command(args: argparse.Namespace) -> int:
+    """`python -m trainer base-model`: resolve or build a scale's base model."""
+    from trainer.models.base_model import build_base_model
 
-        try:
-            launch(args.run_config, args.base_model, args.run_dir, restart=args.restart)
-        except LaunchError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-    elif args.command == "train":
-        from trainer.rl.train import run_training
+    build_base_model(args.spec, args.out)
+    return 0
 
-        run_training(args.run_dir)
-    elif args.command == "install-profile":
-        from trainer.sweep.profiles import install_profile
 
-        print(install_profile(Path(args.repo), args.name))
-    elif args.command == "status":
-        return status_command(args)
-    elif args.command == "runs":
-        from trainer.sweep.config import expand_matrix, load_config
+def launch_command(args: argparse.Namespace) -> int:
+    """`python -m trainer launch`: submit one run and wait for it; 1 when it cannot be launched."""
+    from trainer.sweep.launch import LaunchError, launch
 
-        schema_path = args.schema or Path(args.config).resolve().parent / "rules" / "config.schema.yaml"
-        config = load_config(args.config, schema_path)
-        for run in expand_matrix(config, args.matrix):
-            print(run)
+    try:
+        launch(args.run_config, args.base_model, args.run_dir, restart=args.restart)
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """`python -m trainer train`: train a run in this process."""
+    from trainer.rl.train import run_training
+
+    run_training(args.run_dir)
+    return 0
+
+
+def install_profile_command(args: argparse.Namespace) -> int:
+    """`python -m trainer install-profile`: link a Snakemake profile where Snakemake looks."""
+    from trainer.sweep.profiles import install_profile
+
+    print(install_profile(Path(args.repo), args.name))
+    return 0
+
+
+def runs_command(args: argparse.Namespace) -> int:
+    """`python -m trainer runs`: the run ids of a matrix, one a line."""
+    from trainer.sweep.config import expand_matrix, load_config
+
+    schema_path = args.schema or Path(args.config).resolve().parent / "rules" / "config.schema.yaml"
+    config = load_config(args.config, schema_path)
+    for run in expand_matrix(config, args.matrix):
+        print(run)
     return 0
 
 
@@ -141,6 +170,16 @@ def status_command(args: argparse.Namespace) -> int:
     rows = matrix_status(config, args.results, args.matrix)
     print(as_json(rows) if args.json else format_table(rows))
     return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "base-model": base_model_command,
+    "launch": launch_command,
+    "train": train_command,
+    "install-profile": install_profile_command,
+    "status": status_command,
+    "runs": runs_command,
+}
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
-"""The task interface: problems, scores, the Task base class and the two entry points."""
+"""The task interface: problems, scores and the Task base class (the tasks themselves import it)."""
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -69,27 +68,3 @@ class Task:
 
     def close(self) -> None:
         """Release helper processes, if any."""
-
-
-def get_task(name: str, workers: int | None = None) -> Task:
-    """The task called `name` ("math" or "code") with a scoring pool of `workers`."""
-    if name == "math":
-        from trainer.tasks.math_task import MathTask
-
-        return MathTask(workers=workers)
-    if name == "code":
-        from trainer.tasks.code_task import CodeTask
-
-        return CodeTask(workers=workers)
-    raise ValueError(f"unknown task {name!r} (known: math, code)")
-
-
-def load_problems(task: str, spec: dict[str, Any], split: str) -> list[Problem]:
-    """The problems of one data source of config.yaml (`tasks.<task>.train` or an `eval` entry).
-
-    For an eval entry with `from_train_holdout: true`, the spec must carry the task's train
-    source under `train_spec`; the result is that source's holdout (see sources.load_holdout).
-    """
-    from trainer.tasks.sources import load_source
-
-    return load_source(task, spec, split)

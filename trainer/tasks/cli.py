@@ -15,7 +15,8 @@ import re
 import sys
 from typing import Any, TextIO
 
-from trainer.tasks.base import Problem, get_task
+from trainer.tasks.base import Problem
+from trainer.tasks.registry import get_task
 
 _SYNTHETIC_ID = re.compile(r"synthetic_functions/(train|eval)/s(-?\d+)/(\d+)")
 

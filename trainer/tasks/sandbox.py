@@ -24,28 +24,26 @@ Assert-style tests pass only when the runner prints a random per-execution token
 parent hands it through a pipe, read to the end and closed before any candidate code runs
 (never in argv, the environment or a file). Two runners:
 
-- RUNNER_SPLIT (tests that name their entry points: HumanEval, synthetic, functional tests):
+- runners/split.py (tests that name their entry points: HumanEval, synthetic, functional tests):
   the tester process holds the token and the tests, makes itself non-dumpable, and forks the
   candidate process before reading them; the candidate process only ever sees the prelude and
   its code, and answers calls to its entry points with plain data (a restricted pickle). So
   early exits, fake success output, a redefined `check`, objects whose __eq__ always holds,
   peeking at the runner's frames or memory, or reading the hidden tests all score 0.
-- RUNNER (other assert tests): prelude, candidate and tests in one process. Early exits,
+- runners/in_process.py (other assert tests): prelude, candidate and tests in one process. Early exits,
   printed fake successes and a redefined `check` score 0, but code that deliberately inspects
   the runner (frames, gc) could find the token, and __eq__ tricks work: prefer entry points.
+
+The limits, the child's setup before exec, uid leases and process cleanup live in
+`trainer.tasks.sandbox_isolation`; the runner programs in `trainer.tasks.runners`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import fcntl
 import logging
 import math
 import os
 import pickle
-import random
-import resource
 import select
 import shutil
 import signal
@@ -54,221 +52,26 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import IO
+
+from trainer.tasks.runners import runner_source
+from trainer.tasks.sandbox_isolation import (
+    UID_BASE,
+    UID_COUNT,
+    Limits,
+    UidLease,
+    child_setup,
+    kill_all,
+)
+
+__all__ = ["UID_BASE", "UID_COUNT", "Execution", "Limits", "Sandbox", "Verdict", "outputs_match"]
 
 log = logging.getLogger(__name__)
 SYSTEM_PYTHON = "/usr/bin/python3"
-UID_BASE = 0x5AFE0000  # reserved uids for sandboxed executions (no passwd entries needed)
-UID_COUNT = 64
 ROOT_BASE_DIR = "/run/trainer-sandbox"
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-# The in-process runner, for assert tests that do not name entry points: run as
-# `python -I -c RUNNER SECRET_FD`, it reads a pickled {"token", "prelude", "code", "tests"} from the
-# pipe to EOF and closes it before running anything, then runs prelude, candidate and tests
-# in one namespace (restoring builtins before the tests).
-RUNNER = r'''
-import os, sys
-def _main():
-    fd = int(sys.argv[1])
-    parts = []
-    while True:
-        b = os.read(fd, 1 << 20)
-        if not b:
-            break
-        parts.append(b)
-    os.close(fd)
-    import pickle, builtins
-    p = pickle.loads(b"".join(parts))
-    del parts
-    write, exit_, tok = os.write, os._exit, p.pop("token").encode()
-    saved = dict(builtins.__dict__)
-    ns = {"__name__": "__sandbox__", "__builtins__": builtins}
-    stage = "prelude"
-    try:
-        if p["prelude"]:
-            exec(compile(p["prelude"], "<prompt>", "exec"), ns)
-        stage = "candidate"
-        exec(compile(p["code"], "<candidate>", "exec"), ns)
-        builtins.__dict__.clear()
-        builtins.__dict__.update(saved)
-        stage = "tests"
-        exec(compile(p.pop("tests"), "<tests>", "exec"), ns)
-    except BaseException as e:
-        try:
-            msg = "%s: %s: %s" % (stage, type(e).__name__, e)
-        except BaseException:
-            msg = "%s: exception" % stage
-        write(2, ("\n" + msg[-2000:]).encode("utf-8", "replace"))
-        exit_(1)
-    write(1, b"\n" + tok + b"\n")
-    exit_(0)
-_main()
-'''
-
-# The split runner, run as `python -I -c RUNNER_SPLIT SECRET_FD CODE_FD`, used when the
-# tests name the candidate's entry points. It makes itself non-dumpable (so processes of the
-# same uid cannot read its memory or fds), then forks the candidate process C, which closes
-# SECRET_FD, reads {"prelude", "code"} from CODE_FD, runs them and serves calls to its
-# entry points over pipes. The tester T (this process) closes CODE_FD, reads
-# {"token", "prelude", "tests", "entry_points"} from SECRET_FD, binds each entry point to a
-# proxy that calls into C, runs the tests and prints the token when all pass. C never holds
-# the token or the tests, and its results reach T only as plain data (a pickle restricted to
-# builtin containers and scalars), so no candidate code runs in T.
-RUNNER_SPLIT = r'''
-import os, sys, io, pickle, struct, ctypes, builtins
-def _read_all(fd):
-    parts = []
-    while True:
-        b = os.read(fd, 1 << 20)
-        if not b:
-            break
-        parts.append(b)
-    os.close(fd)
-    return b"".join(parts)
-def _send(fd, data):
-    data = struct.pack(">I", len(data)) + data
-    while data:
-        data = data[os.write(fd, data):]
-def _recv(fd):
-    buf = b""
-    while len(buf) < 4:
-        b = os.read(fd, 4 - len(buf))
-        if not b:
-            return None
-        buf += b
-    n = struct.unpack(">I", buf)[0]
-    parts, got = [], 0
-    while got < n:
-        b = os.read(fd, min(n - got, 1 << 20))
-        if not b:
-            return None
-        parts.append(b)
-        got += len(b)
-    return b"".join(parts)
-def _candidate(code_fd, req_r, resp_w, libc):
-    p = pickle.loads(_read_all(code_fd))
-    libc.prctl(4, 1, 0, 0, 0)
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    os.close(null)
-    ns = {"__name__": "__sandbox__"}
-    status = None
-    try:
-        if p["prelude"]:
-            exec(compile(p["prelude"], "<prompt>", "exec"), ns)
-        exec(compile(p["code"], "<candidate>", "exec"), ns)
-    except BaseException as e:
-        try:
-            status = "candidate: %s: %s" % (type(e).__name__, e)
-        except BaseException:
-            status = "candidate: exception"
-    dumps, send, recv, exit_ = pickle.dumps, _send, _recv, os._exit
-    while True:
-        msg = recv(req_r)
-        if msg is None:
-            exit_(0)
-        if status:
-            send(resp_w, dumps(("err", status), 4))
-            continue
-        try:
-            name, args, kwargs = pickle.loads(msg)
-            fn = ns.get(name)
-            sol = ns.get("Solution")
-            if isinstance(sol, type) and hasattr(sol, name) and not callable(fn):
-                fn = getattr(sol(), name)
-            if not callable(fn):
-                raise NameError("the program does not define %s" % name)
-            reply = dumps(("ok", fn(*args, **kwargs)), 4)
-        except BaseException as e:
-            try:
-                reply = dumps(("err", "%s: %s" % (type(e).__name__, e)), 4)
-            except BaseException:
-                reply = dumps(("err", "exception"), 4)
-        send(resp_w, reply)
-class _Plain(pickle.Unpickler):
-    def find_class(self, module, name):
-        if module == "builtins" and name in ("set", "frozenset", "complex", "slice", "range"):
-            return getattr(builtins, name)
-        raise pickle.UnpicklingError("the program returned a non-plain value (%s.%s)" % (module, name))
-class CandidateError(Exception):
-    pass
-def _main():
-    secret_fd, code_fd = int(sys.argv[1]), int(sys.argv[2])
-    libc = ctypes.CDLL(None)
-    if libc.prctl(4, 0, 0, 0, 0) != 0:
-        os._exit(3)
-    req_r, req_w = os.pipe()
-    resp_r, resp_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(secret_fd)
-        os.close(req_w)
-        os.close(resp_r)
-        _candidate(code_fd, req_r, resp_w, libc)
-        os._exit(0)
-    os.close(code_fd)
-    os.close(req_r)
-    os.close(resp_w)
-    p = pickle.loads(_read_all(secret_fd))
-    tok = p.pop("token").encode()
-    def proxy(name):
-        def call(*args, **kwargs):
-            _send(req_w, pickle.dumps((name, args, kwargs), 4))
-            reply = _recv(resp_r)
-            if reply is None:
-                raise CandidateError("the program's process ended")
-            r = _Plain(io.BytesIO(reply)).load()
-            if not (type(r) is tuple and len(r) == 2 and r[0] in ("ok", "err")):
-                raise CandidateError("malformed reply")
-            if r[0] == "err":
-                raise CandidateError(r[1])
-            return r[1]
-        call.__name__ = name
-        return call
-    ns = {"__name__": "__sandbox__"}
-    stage = "prelude"
-    try:
-        if p["prelude"]:
-            exec(compile(p["prelude"], "<prompt>", "exec"), ns)
-        for name in p["entry_points"]:
-            ns[name] = proxy(name)
-        stage = "tests"
-        exec(compile(p["tests"], "<tests>", "exec"), ns)
-    except BaseException as e:
-        try:
-            msg = "%s: %s: %s" % (stage, type(e).__name__, e)
-        except BaseException:
-            msg = "%s: exception" % stage
-        os.write(2, ("\n" + msg[-2000:]).encode("utf-8", "replace"))
-        os.kill(pid, 9)
-        os._exit(1)
-    os.write(1, b"\n" + tok + b"\n")
-    os.kill(pid, 9)
-    os._exit(0)
-_main()
-'''
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one execution."""
-
-    timeout_s: float = 10.0      # wall clock
-    cpu_s: int = 10              # RLIMIT_CPU
-    memory_mb: int = 2048        # RLIMIT_AS
-    file_size_mb: int = 16       # RLIMIT_FSIZE (also bounds captured stdout/stderr)
-    nproc: int = 32              # RLIMIT_NPROC (processes of the sandbox uid)
-    nofile: int = 128            # RLIMIT_NOFILE
-    tmpfs_mb: int = 64           # size of the working-directory tmpfs (root only)
-    output_bytes: int = 1 << 20  # stdout/stderr kept in memory
 
 
 @dataclass(frozen=True)
@@ -288,112 +91,6 @@ class Verdict:
 
     passed: bool
     error: str | None
-
-
-def _proc_stat(pid: str) -> tuple[str, int, int, int] | None:
-    """(state, pgrp, session, real uid) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("utf-8", "replace")
-        fields = stat[stat.rindex(")") + 2:].split()
-        uid = os.stat(f"/proc/{pid}").st_uid
-        return fields[0], int(fields[2]), int(fields[3]), uid
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def leftover_processes(session: int | None = None, uid: int | None = None) -> list[int]:
-    """Live (non-zombie) processes owned by `uid` when given, else in `session` (session or group id)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        if uid is not None:
-            try:
-                if os.stat(f"/proc/{name}").st_uid != uid:
-                    continue
-            except OSError:
-                continue
-        st = _proc_stat(name)
-        if st is None or st[0] in ("Z", "X"):
-            continue
-        if uid is not None or session in (st[1], st[2]):
-            found.append(int(name))
-    return found
-
-
-def kill_all(session: int | None = None, uid: int | None = None, rounds: int = 200) -> bool:
-    """SIGKILL the process group `session`, then every process of `uid` (when given, else of the
-    session) until none is left; True when none is."""
-    me = os.getpid()
-    for _ in range(rounds):
-        if session is not None:
-            try:
-                os.killpg(session, signal.SIGKILL)
-            except OSError:
-                pass
-        pids = [p for p in leftover_processes(session, uid) if p != me]
-        if not pids:
-            return True
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.002)
-    return not leftover_processes(session, uid)
-
-
-class _UidLease:
-    """An exclusive hold on one sandbox uid, across threads and processes (flock)."""
-
-    def __init__(self, lock_dir: str, base: int, count: int) -> None:
-        self.fd = -1
-        self.uid = -1
-        order = list(range(count))
-        random.shuffle(order)
-        while self.fd < 0:
-            for i in order:
-                fd = os.open(os.path.join(lock_dir, str(base + i)), os.O_RDWR | os.O_CREAT, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    os.close(fd)
-                    continue
-                self.fd, self.uid = fd, base + i
-                break
-            else:
-                time.sleep(0.01)
-        if os.pread(self.fd, 5, 0) != b"clean":
-            kill_all(uid=self.uid)  # what a crashed previous holder may have left
-        os.pwrite(self.fd, b"dirty", 0)
-
-    def release(self, clean: bool) -> None:
-        """Give the uid back, marked clean when no process of it is left."""
-        if self.fd >= 0:
-            if clean:
-                os.pwrite(self.fd, b"clean", 0)
-            os.close(self.fd)
-            self.fd = -1
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"mount {target}: {os.strerror(e)}")
-
-
-def _count_own_processes() -> int:
-    """How many processes (any state) this process's real uid has."""
-    uid = os.getuid()
-    n = 0
-    for name in os.listdir("/proc"):
-        try:
-            n += name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid
-        except OSError:
-            pass
-    return n
 
 
 class Sandbox:
@@ -437,7 +134,7 @@ class Sandbox:
             if self._namespaces is None:
                 scratch = tempfile.mkdtemp(prefix="probe-", dir=self.base_dir)
                 try:  # the same unshare and mounts as a real execution, as root
-                    r = subprocess.run(["/bin/true"], preexec_fn=self._preexec(None, scratch, True, probe=True),
+                    r = subprocess.run(["/bin/true"], preexec_fn=child_setup(self.limits, None, scratch, True, self.shadowed, probe=True),
                                        timeout=30, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     self._namespaces = r.returncode == 0
                 except (OSError, subprocess.SubprocessError) as e:
@@ -446,50 +143,6 @@ class Sandbox:
                 finally:
                     shutil.rmtree(scratch, ignore_errors=True)
             return self._namespaces
-
-    def _preexec(self, uid: int | None, workdir: str, namespaces: bool, probe: bool = False):
-        """The function run in the child before exec: namespaces and mounts, limits, uid drop."""
-        lim = self.limits
-        nproc = lim.nproc if uid is not None else _count_own_processes() + lim.nproc
-        rlimits = [
-            (resource.RLIMIT_CPU, lim.cpu_s, lim.cpu_s + 1),
-            (resource.RLIMIT_AS, lim.memory_mb << 20, lim.memory_mb << 20),
-            (resource.RLIMIT_FSIZE, lim.file_size_mb << 20, lim.file_size_mb << 20),
-            (resource.RLIMIT_NPROC, nproc, nproc),
-            (resource.RLIMIT_NOFILE, lim.nofile, lim.nofile),
-            (resource.RLIMIT_CORE, 0, 0),
-        ]
-        if uid is None:  # cannot raise hard limits: clamp to what we have
-            clamped = []
-            for res, soft, hard in rlimits:
-                cur_hard = resource.getrlimit(res)[1]
-                if cur_hard != resource.RLIM_INFINITY:
-                    hard = min(hard, cur_hard)
-                clamped.append((res, min(soft, hard), hard))
-            rlimits = clamped
-        owner = 0 if uid is None else uid
-        tmpfs = f"size={lim.tmpfs_mb}m,mode=0700,uid={owner},gid={owner}"
-        shadowed = self.shadowed
-
-        def preexec() -> None:
-            if namespaces:
-                if _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "unshare")
-                _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-                _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
-                for d in shadowed:
-                    _mount(workdir, d, None, MS_BIND, None)
-                os.chdir(workdir)
-            if probe:
-                return
-            for res, soft, hard in rlimits:
-                resource.setrlimit(res, (soft, hard))
-            if uid is not None:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-
-        return preexec
 
     def _env(self, workdir: str) -> dict[str, str]:
         return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -507,7 +160,7 @@ class Sandbox:
         (its path replaces `{name}`). stdin is empty (DEVNULL) unless given.
         """
         timeout_s = self.limits.timeout_s if timeout_s is None else timeout_s
-        lease = _UidLease(self.lock_dir, self.uid_base, self.uid_count) if self.root else None
+        lease = UidLease(self.lock_dir, self.uid_base, self.uid_count) if self.root else None
         uid = lease.uid if lease else None
         rundir = tempfile.mkdtemp(prefix="run-", dir=self.base_dir)
         proc = None
@@ -515,25 +168,14 @@ class Sandbox:
         readers: list[int] = []
         writers: list[tuple[int, bytes]] = []
         try:
-            os.chmod(rundir, 0o711 if self.root else 0o700)
-            workdir = os.path.join(rundir, "work")
-            os.mkdir(workdir, 0o700)
-            if uid is not None:
-                os.chown(workdir, uid, uid)
-            subst = {}
-            for name, text in (files or {}).items():
-                path = os.path.join(rundir, name)
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.chmod(path, 0o644)
-                subst[name] = path
+            workdir = self._make_workdir(rundir, uid)
+            subst = self._write_files(rundir, files or {})
             for name, data in (pipes or {}).items():
                 r, w = os.pipe()
                 readers.append(r)
                 writers.append((w, data))
                 subst[name] = str(r)
-            argv = [self.python, "-I"] + [subst.get(a[1:-1], a) if a[:1] == "{" and a[-1:] == "}" else a
-                                          for a in args]
+            argv = [self.python, "-I"] + [_substitute(a, subst) for a in args]
             out = tempfile.TemporaryFile(dir=rundir)
             err = tempfile.TemporaryFile(dir=rundir)
             inp = None
@@ -541,23 +183,12 @@ class Sandbox:
                 inp = tempfile.TemporaryFile(dir=rundir)
                 inp.write(stdin)
                 inp.seek(0)
-            namespaces = self.namespaces_available()
+            setup = child_setup(self.limits, uid, workdir, self.namespaces_available(), self.shadowed)
             try:
-                proc = subprocess.Popen(
-                    argv, cwd=workdir, env=self._env(workdir),
-                    stdin=inp if inp is not None else subprocess.DEVNULL, stdout=out, stderr=err,
-                    pass_fds=tuple(readers), close_fds=True, start_new_session=True,
-                    preexec_fn=self._preexec(uid, workdir, namespaces),
-                )
+                proc = self._start(argv, workdir, setup, inp, out, err, readers)
             except (OSError, subprocess.SubprocessError) as e:
                 log.warning("sandbox could not start %s: %s", self.python, e)
                 return Execution(None, "", "", False, f"sandbox could not start: {e}")
-            finally:
-                if inp is not None:
-                    inp.close()
-                for r in readers:
-                    os.close(r)
-                readers.clear()
             while writers:
                 self._feed(*writers.pop())
             timed_out = not self._wait_exit(proc, timeout_s)
@@ -573,6 +204,44 @@ class Sandbox:
             shutil.rmtree(rundir, ignore_errors=True)
             if lease:
                 lease.release(clean)
+
+    def _make_workdir(self, rundir: str, uid: int | None) -> str:
+        """The execution's working directory inside `rundir`, owned by its uid."""
+        os.chmod(rundir, 0o711 if self.root else 0o700)
+        workdir = os.path.join(rundir, "work")
+        os.mkdir(workdir, 0o700)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        return workdir
+
+    @staticmethod
+    def _write_files(rundir: str, files: dict[str, str]) -> dict[str, str]:
+        """Write each file read-only into `rundir`; {name: path}."""
+        paths = {}
+        for name, text in files.items():
+            path = os.path.join(rundir, name)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(path, 0o644)
+            paths[name] = path
+        return paths
+
+    def _start(self, argv: list[str], workdir: str, setup: Callable[[], None], inp: IO[bytes] | None,
+               out: IO[bytes], err: IO[bytes], readers: list[int]) -> subprocess.Popen:
+        """Start the program in its own session; closes stdin's file and the pipes' read ends."""
+        try:
+            return subprocess.Popen(
+                argv, cwd=workdir, env=self._env(workdir),
+                stdin=inp if inp is not None else subprocess.DEVNULL, stdout=out, stderr=err,
+                pass_fds=tuple(readers), close_fds=True, start_new_session=True,
+                preexec_fn=setup,
+            )
+        finally:
+            if inp is not None:
+                inp.close()
+            for r in readers:
+                os.close(r)
+            readers.clear()
 
     @staticmethod
     def _feed(wfd: int, payload: bytes) -> None:
@@ -630,17 +299,17 @@ class Sandbox:
         """Pass when `tests` (assert-style, raising on failure) run to the end against `code`.
 
         With `entry_points` (the names the tests call), the tests run in a separate process
-        from the candidate (RUNNER_SPLIT); without, in the candidate's process (RUNNER).
+        from the candidate (runners/split.py); without, in the candidate's process (runners/in_process.py).
         """
         token = os.urandom(16).hex()
         if entry_points:
             secret = {"token": token, "prelude": prelude, "tests": tests, "entry_points": list(entry_points)}
             pipes = {"secret": pickle.dumps(secret, 4),
                      "code": pickle.dumps({"prelude": prelude, "code": code}, 4)}
-            ex = self.execute(["-c", RUNNER_SPLIT, "{secret}", "{code}"], pipes=pipes)
+            ex = self.execute(["-c", runner_source("split"), "{secret}", "{code}"], pipes=pipes)
         else:
             payload = pickle.dumps({"token": token, "prelude": prelude, "code": code, "tests": tests}, 4)
-            ex = self.execute(["-c", RUNNER, "{secret}"], pipes={"secret": payload})
+            ex = self.execute(["-c", runner_source("in_process"), "{secret}"], pipes={"secret": payload})
         if ex.error:
             return Verdict(False, ex.error)
         if ex.timed_out:
@@ -671,6 +340,11 @@ class Sandbox:
             if not outputs_match(str(case.get("output", "")), ex.stdout):
                 return Verdict(False, f"case {i}: wrong output")
         return Verdict(True, None)
+
+
+def _substitute(arg: str, subst: dict[str, str]) -> str:
+    """`{name}` replaced by subst[name] when named there, any other argument as given."""
+    return subst.get(arg[1:-1], arg) if arg[:1] == "{" and arg[-1:] == "}" else arg
 
 
 def _failure(ex: Execution) -> str:

@@ -16,7 +16,7 @@ import pandas as pd
 from analysis import gradients, signatures
 from analysis.names import AXES, INTERMEDIATE
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
-from analysis.summary import curve_rows
+from analysis.curves import curve_rows
 
 
 def analyse_run(logs: RunLogs, analysis: dict[str, Any]) -> dict[str, pd.DataFrame]:

@@ -1,0 +1,101 @@
+"""What every figure reads and shares: the tables, the matrix's grid, one style.
+
+`load` reads `analyse`'s tables (primary eval split); `make_grid` lays out the matrix's axes,
+whether or not a run exists; one colour per policy, one marker per scale, one colour per role,
+the same in every figure (`legend_handles`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from analysis.gradients import CAPTURE_SHARE  # noqa: E402
+from analysis.names import WORKFLOW_NAMES, WORKFLOW_ORDER  # noqa: E402
+
+POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
+POLICY_ORDER = ["shared", "isolated"]
+SCALE_MARKERS = ["o", "s", "^", "D", "v", "P"]
+ROLE_COLOURS = {"generator": "#2ca02c", "evaluator": "#9467bd", "aggregator": "#ff7f0e", "orchestrator": "#8c564b",
+                "worker": "#17becf", "synthesizer": "#e377c2"}
+MISSING = dict(ha="center", va="center", color="0.45", fontsize=8, style="italic")
+
+
+@dataclass
+class Grid:
+    """The matrix's axes: what every figure lays out, whether or not a run exists."""
+
+    workflows: list[str]
+    tasks: list[str]
+    scales: list[str]
+    policies: list[str]
+
+    @property
+    def markers(self) -> dict[str, str]:
+        return {s: SCALE_MARKERS[i % len(SCALE_MARKERS)] for i, s in enumerate(self.scales)}
+
+    @property
+    def multi(self) -> list[str]:
+        return [w for w in self.workflows if w != "single"]
+
+
+@dataclass
+class Data:
+    """What the figures read: the per-run summary and `analyse`'s intermediate tables (primary split)."""
+
+    summary: pd.DataFrame
+    curves: pd.DataFrame
+    gradients: pd.DataFrame
+    amplification: pd.DataFrame
+    capture_share: float = CAPTURE_SHARE
+
+
+def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
+    grid = expected if expected is not None and len(expected) else summary
+    has = len(grid) > 0
+    present = set(grid["workflow"]) if has else set()
+    return Grid(workflows=[w for w in WORKFLOW_ORDER if w in present] or ["single"],
+                tasks=sorted(set(grid["task"])) if has else ["math"],
+                scales=sorted(set(grid["scale"])) if has else [],
+                policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER)
+
+
+def load(results: str | Path) -> Data:
+    """The tables of a results directory, primary eval split only."""
+    results = Path(results)
+    summary = pd.read_parquet(results / "summary.parquet")
+    if "primary" in summary:
+        summary = summary[summary["primary"].astype(bool)]
+    curves = pd.read_parquet(results / "analysis" / "curves.parquet")
+    if "primary" in curves:
+        curves = curves[curves["primary"].astype(bool)]
+    return Data(summary, curves, pd.read_parquet(results / "analysis" / "gradients.parquet"),
+                pd.read_parquet(results / "analysis" / "amplification.parquet"))
+
+
+def wf_name(w: str) -> str:
+    return WORKFLOW_NAMES.get(w, w)
+
+
+def legend_handles(grid: Grid, policies: list[str] | None = None, lines: bool = False) -> list[Line2D]:
+    """Policy colours then scale markers: the key every figure shares."""
+    hs = [Line2D([], [], color=POLICY_COLOURS[p], lw=2 if lines else 0, marker=None if lines else "o", ms=7,
+                 label=f"{p} policy") for p in (policies or grid.policies)]
+    hs += [Line2D([], [], color="0.3", lw=0, marker=m, ms=6, label=s) for s, m in grid.markers.items()]
+    return hs
+
+
+def select(df: pd.DataFrame, **kw) -> pd.DataFrame:
+    if not len(df):
+        return df
+    mask = np.ones(len(df), dtype=bool)
+    for k, v in kw.items():
+        mask &= (df[k] == v).to_numpy()
+    return df[mask]

@@ -1,0 +1,205 @@
+"""What isolates one sandboxed execution from the machine and from the others.
+
+Its resource limits (`Limits`), the child's setup before exec (`child_setup`: mount and network
+namespaces, a tmpfs working directory over the world-writable directories, rlimits, the uid
+drop), an exclusive sandbox uid per concurrent execution (`UidLease`, flock across processes),
+and killing every process an execution left (`kill_all`). `trainer.tasks.sandbox` runs programs
+with these; see its docstring for what holds with and without root.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import fcntl
+import os
+import random
+import resource
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+UID_BASE = 0x5AFE0000  # reserved uids for sandboxed executions (no passwd entries needed)
+UID_COUNT = 64
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one execution."""
+
+    timeout_s: float = 10.0      # wall clock
+    cpu_s: int = 10              # RLIMIT_CPU
+    memory_mb: int = 2048        # RLIMIT_AS
+    file_size_mb: int = 16       # RLIMIT_FSIZE (also bounds captured stdout/stderr)
+    nproc: int = 32              # RLIMIT_NPROC (processes of the sandbox uid)
+    nofile: int = 128            # RLIMIT_NOFILE
+    tmpfs_mb: int = 64           # size of the working-directory tmpfs (root only)
+    output_bytes: int = 1 << 20  # stdout/stderr kept in memory
+
+
+
+def _proc_stat(pid: str) -> tuple[str, int, int, int] | None:
+    """(state, pgrp, session, real uid) of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+        fields = stat[stat.rindex(")") + 2:].split()
+        uid = os.stat(f"/proc/{pid}").st_uid
+        return fields[0], int(fields[2]), int(fields[3]), uid
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def leftover_processes(session: int | None = None, uid: int | None = None) -> list[int]:
+    """Live (non-zombie) processes owned by `uid` when given, else in `session` (session or group id)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        if uid is not None:
+            try:
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+            except OSError:
+                continue
+        st = _proc_stat(name)
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        if uid is not None or session in (st[1], st[2]):
+            found.append(int(name))
+    return found
+
+
+def kill_all(session: int | None = None, uid: int | None = None, rounds: int = 200) -> bool:
+    """SIGKILL the process group `session`, then every process of `uid` (when given, else of the
+    session) until none is left; True when none is."""
+    me = os.getpid()
+    for _ in range(rounds):
+        if session is not None:
+            try:
+                os.killpg(session, signal.SIGKILL)
+            except OSError:
+                pass
+        pids = [p for p in leftover_processes(session, uid) if p != me]
+        if not pids:
+            return True
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+    return not leftover_processes(session, uid)
+
+
+class UidLease:
+    """An exclusive hold on one sandbox uid, across threads and processes (flock)."""
+
+    def __init__(self, lock_dir: str, base: int, count: int) -> None:
+        self.fd = -1
+        self.uid = -1
+        order = list(range(count))
+        random.shuffle(order)
+        while self.fd < 0:
+            for i in order:
+                fd = os.open(os.path.join(lock_dir, str(base + i)), os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    continue
+                self.fd, self.uid = fd, base + i
+                break
+            else:
+                time.sleep(0.01)
+        if os.pread(self.fd, 5, 0) != b"clean":
+            kill_all(uid=self.uid)  # what a crashed previous holder may have left
+        os.pwrite(self.fd, b"dirty", 0)
+
+    def release(self, clean: bool) -> None:
+        """Give the uid back, marked clean when no process of it is left."""
+        if self.fd >= 0:
+            if clean:
+                os.pwrite(self.fd, b"clean", 0)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount {target}: {os.strerror(e)}")
+
+
+def _count_own_processes() -> int:
+    """How many processes (any state) this process's real uid has."""
+    uid = os.getuid()
+    n = 0
+    for name in os.listdir("/proc"):
+        try:
+            n += name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid
+        except OSError:
+            pass
+    return n
+
+
+def _rlimits(lim: Limits, uid: int | None) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) for the child; without a uid drop, clamped to our hard limits."""
+    nproc = lim.nproc if uid is not None else _count_own_processes() + lim.nproc
+    rlimits = [
+        (resource.RLIMIT_CPU, lim.cpu_s, lim.cpu_s + 1),
+        (resource.RLIMIT_AS, lim.memory_mb << 20, lim.memory_mb << 20),
+        (resource.RLIMIT_FSIZE, lim.file_size_mb << 20, lim.file_size_mb << 20),
+        (resource.RLIMIT_NPROC, nproc, nproc),
+        (resource.RLIMIT_NOFILE, lim.nofile, lim.nofile),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+    if uid is None:  # cannot raise hard limits: clamp to what we have
+        clamped = []
+        for res, soft, hard in rlimits:
+            cur_hard = resource.getrlimit(res)[1]
+            if cur_hard != resource.RLIM_INFINITY:
+                hard = min(hard, cur_hard)
+            clamped.append((res, min(soft, hard), hard))
+        rlimits = clamped
+    return rlimits
+
+
+def child_setup(lim: Limits, uid: int | None, workdir: str, namespaces: bool,
+                shadowed: list[str], probe: bool = False) -> Callable[[], None]:
+    """The function run in the child before exec: namespaces and mounts, limits, uid drop.
+
+    `shadowed` are the world-writable directories the working-directory tmpfs is bound over;
+    a `probe` sets up the namespaces and mounts only.
+    """
+    rlimits = _rlimits(lim, uid)
+    owner = 0 if uid is None else uid
+    tmpfs = f"size={lim.tmpfs_mb}m,mode=0700,uid={owner},gid={owner}"
+
+    def preexec() -> None:
+        if namespaces:
+            if _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "unshare")
+            _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+            _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
+            for d in shadowed:
+                _mount(workdir, d, None, MS_BIND, None)
+            os.chdir(workdir)
+        if probe:
+            return
+        for res, soft, hard in rlimits:
+            resource.setrlimit(res, (soft, hard))
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+
+    return preexec
