@@ -101,7 +101,8 @@ def _train_frame(s: np.ndarray, roles: list[str], policy: dict[str, str], rng: n
             "adv_abs_mean": np.full(n, 0.8), "loss": np.zeros(n), "grad_norm": norms[r], "grad_sq_share": shares[r],
             "grad_cos_others": np.full(n, 0.1), "entropy": np.ones(n), "kl": np.full(n, np.nan),
             "clip_ratio": np.zeros(n), "completion_len_mean": _per_step((completion_len or {}).get(r, 16.0), s),
-            "lr": np.full(n, 2e-5), "skipped": np.zeros(n, dtype=bool), "time_s": np.ones(n)}
+            "lr": np.full(n, 2e-5), "skipped": np.zeros(n, dtype=bool), "logp_mismatch": np.full(n, np.nan),
+            "time_s": np.ones(n)}
         for k, v in block.items():
             cols.setdefault(k, []).append(v)
     return pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()}).sort_values(["step", "role"], kind="stable")

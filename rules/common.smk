@@ -17,11 +17,13 @@ from trainer.sweep.config import (
     validate_config,
 )
 from trainer.sweep.launch import rerun_trigger_items
+from trainer.sweep.preflight import check_matrix
 from trainer.sweep.prefetch import dataset_key, hf_dataset_specs, needs_model_prefetch
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.sweep.cost import run_turns
 
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
+check_matrix(config)  # a rollout backend that cannot start in this environment fails here (issue 18)
 
 RESULTS = "results"
 RUNS = [str(r) for r in expand_matrix(config)]

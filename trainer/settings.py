@@ -79,6 +79,18 @@ class LoraSettings:
 
 
 @dataclass(frozen=True)
+class VllmSettings:
+    """The vllm rollout backend's engine (trainer/rl/vllm_engine.py); ignored by hf."""
+
+    gpu_memory_utilization: float = setting(0.3, "Share of the GPU's memory the engine takes (weights + KV cache).")
+    max_model_len: int | None = setting(None, "Longest sequence served (None: the run's prompt + completion lengths).")
+    enforce_eager: bool = setting(False, "No CUDA graphs (faster start-up, slower decoding).")
+    enable_sleep_mode: bool = setting(False, "Offload the engine's weights and KV cache during the update (CUDA only).")
+    tensor_parallel_size: int = setting(1, "GPUs the engine is sharded over (at most resources.gpus).")
+    max_lora_rank: int | None = setting(None, "Highest adapter rank served (None: lora.r rounded up to a vLLM rank).")
+
+
+@dataclass(frozen=True)
 class TrainingSettings:
     """GRPO hyperparameters under TRL's GRPOConfig names, plus the multi-role knobs.
 
@@ -113,6 +125,9 @@ class TrainingSettings:
     micro_batch_tokens: int = setting(16384, "Token budget of one training micro-batch.")
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward (real scales).")
     generation_backend: str = setting("hf", "Rollout backend: hf (Hugging Face generate) or vllm.")
+    vllm: VllmSettings = setting(VllmSettings(), "The vllm backend's engine settings.")
+    generation_memory_gb: float | None = setting(None, "KV-cache budget (GiB) of one HF generate chunk (None: half "
+                                                       "the GPU's free memory, 2 GiB on CPU).")
     eval_every: int = setting(10, "Steps between evals (and one at step 0 and at the last).")
     save_every: int = setting(10, "Steps between checkpoints.")
     keep_last: int = setting(2, "Checkpoints kept.")

@@ -2,7 +2,7 @@
 
 The `GenerationBackend` interface is what workflows call (through `__call__(role, prompts)`);
 Hugging Face `generate` (left padding, KV cache) is the default backend. `training.generation_backend`
-picks one (`make_generator`): `hf`, or `vllm`, optional, for GPUs.
+picks one (`make_generator`): `hf`, or `vllm` (trainer.rl.vllm_engine, the `vllm` extra).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from trainer.sweep.config import ConfigError
+from trainer.rl.chat import chat_prompt  # noqa: F401  (re-exported: base_model and tests import it here)
 from trainer.rl.policies import PolicySet
 from trainer.workflows import Completion
 
@@ -21,21 +22,66 @@ class GenerationBackend(Protocol):
     """Generates one completion per prompt for a role, with that role's policy."""
 
     calls: int
+    chunks: int
+    generated_tokens: int
 
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
 
+    def after_update(self, step: int) -> None:
+        """Called after every optimizer step: bring the updated weights to the engine (and verify them)."""
 
-def chat_prompt(tokenizer: Any, user_message: str, enable_thinking: bool) -> str:
-    """The user message rendered with the model's chat template, ready for the assistant's turn."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=enable_thinking)
+
+# training.generation_memory_gb: null -> these defaults (GiB of KV cache one generate call may hold)
+CUDA_FREE_FRACTION = 0.5  # of the device's free memory at the call: the rest for activations, logits, the update
+CPU_DEFAULT_GB = 2.0      # fixed on CPU: a developer's machine is shared, its free memory says little
+
+
+def kv_bytes_per_token(config: Any, dtype_bytes: int) -> int:
+    """Bytes of KV cache one token holds: layers x KV heads x head dim x (K and V) x dtype bytes."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return config.num_hidden_layers * kv_heads * head_dim * 2 * dtype_bytes
+
+
+def generation_budget_bytes(memory_gb: float | None, device: str | torch.device) -> int:
+    """The KV-cache budget of one generate call: `memory_gb` GiB, or the device's default."""
+    if memory_gb is not None:
+        return int(memory_gb * 2**30)
+    if torch.device(device).type == "cuda":
+        return int(CUDA_FREE_FRACTION * torch.cuda.mem_get_info(torch.device(device))[0])
+    return int(CPU_DEFAULT_GB * 2**30)
+
+
+def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, budget: int) -> list[list[int]]:
+    """Row indices grouped into chunks, shortest prompts first, each chunk's KV cache within `budget`.
+
+    A left-padded chunk of rows holds rows x (its longest prompt + max_new_tokens) tokens of cache.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # stable: ties keep input order
+    chunks: list[list[int]] = []
+    for i in order:
+        width = lengths[i] + max_new_tokens  # the longest so far: sorted ascending
+        if width * bytes_per_token > budget:
+            raise ConfigError(f"training.generation_memory_gb: one sequence of {width} tokens needs "
+                              f"{width * bytes_per_token / 2**30:.3f} GiB of KV cache, over the budget of "
+                              f"{budget / 2**30:.3f} GiB: raise it or lower max_completion_length")
+        if chunks and (len(chunks[-1]) + 1) * width * bytes_per_token <= budget:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks
 
 
 class HFGenerator:
-    """Hugging Face `generate` over the policy that the role routes to."""
+    """Hugging Face `generate` over the policy that the role routes to.
+
+    One call (one stage x policy, counted in `calls`) is split into chunks whose KV cache fits
+    `generation_memory_gb` (counted in `chunks`); results come back in input order.
+    """
 
     def __init__(self, policies: PolicySet, tokenizer: Any, *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, enable_thinking: bool = False, device: str | torch.device = "cpu"):
+                 top_p: float = 1.0, enable_thinking: bool = False, device: str | torch.device = "cpu",
+                 generation_memory_gb: float | None = None):
         self.policies = policies
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -43,7 +89,9 @@ class HFGenerator:
         self.top_p = top_p
         self.enable_thinking = enable_thinking
         self.device = device
+        self.memory_gb = generation_memory_gb
         self.calls = 0
+        self.chunks = 0
         self.generated_tokens = 0
 
     @torch.no_grad()
@@ -53,39 +101,61 @@ class HFGenerator:
         self.calls += 1
         model = self.policies.model(self.policies.routing[role])
         texts = [chat_prompt(self.tokenizer, p, self.enable_thinking) for p in prompts]
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
-                             add_special_tokens=False).to(self.device)
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        per_token = kv_bytes_per_token(model.config, next(model.parameters()).element_size())
+        budget = generation_budget_bytes(self.memory_gb, self.device)
+        results: list[Completion | None] = [None] * len(prompts)
+        for chunk in plan_chunks([len(x) for x in ids], self.max_new_tokens, per_token, budget):
+            self.chunks += 1
+            for i, completion in zip(chunk, self._generate(model, [ids[i] for i in chunk])):
+                results[i] = completion
+        return results  # type: ignore[return-value]
+
+    def after_update(self, step: int) -> None:
+        """Nothing to sync: this backend generates with the trainer's own modules."""
+
+    def _generate(self, model: Any, prompt_ids: list[list[int]]) -> list[Completion]:
+        """One Hugging Face `generate` over already tokenized prompts (left padded)."""
+        enc = self.tokenizer.pad({"input_ids": prompt_ids}, return_tensors="pt", padding_side="left").to(self.device)
         sampling = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": 0} \
             if self.temperature > 0 else {"do_sample": False}
-        out = model.generate(**enc, max_new_tokens=self.max_new_tokens, use_cache=True,
+        out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                             max_new_tokens=self.max_new_tokens, use_cache=True,
                              pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
                              **sampling)
         prompt_len = enc["input_ids"].shape[1]
         results = []
-        for row, mask, gen in zip(enc["input_ids"], enc["attention_mask"], out[:, prompt_len:]):
+        for prompt, gen in zip(prompt_ids, out[:, prompt_len:]):
             ids = gen.tolist()
             if self.tokenizer.eos_token_id in ids:  # keep the eos: the policy is trained to stop
                 ids = ids[:ids.index(self.tokenizer.eos_token_id) + 1]
             self.generated_tokens += len(ids)
             results.append(Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                                      prompt_ids=row[mask.bool()].tolist(), completion_ids=ids))
+                                      prompt_ids=list(prompt), completion_ids=ids))
         return results
 
 
-def _vllm_generator(policies: PolicySet, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
-    if importlib.util.find_spec("vllm") is None:
-        raise ConfigError("training.generation_backend: 'vllm' needs the vllm package, which is not installed "
-                          "here (pip install vllm, on a GPU machine), or set training.generation_backend: hf")
-    raise ConfigError("training.generation_backend: 'vllm' is installed, but this trainer has no vLLM backend "
-                      "yet (its adapters would have to be synchronised to the engine every step); use hf")
+def _vllm_generator(policies: PolicySet, tokenizer: Any, *, training: dict[str, Any], seed: int,
+                    **kwargs: Any) -> GenerationBackend:
+    """The colocated vLLM engine's generator (trainer.rl.vllm_engine; preflight checked that vllm imports)."""
+    from trainer.rl.vllm_engine import VLLMGenerator
+
+    model = policies.model(next(iter(policies.policies)))
+    # null max_model_len: room for prompts that quote several completions (an aggregator's), within the model's
+    max_len = min(8 * kwargs["max_new_tokens"] + 1024, model.config.max_position_embeddings)
+    return VLLMGenerator(policies, tokenizer, training=training, seed=seed, max_model_len=max_len, **kwargs)
 
 
 # training.generation_backend -> constructor (the config schema lists the same names)
 _BACKENDS = {"hf": HFGenerator, "vllm": _vllm_generator}
 
 
-def make_generator(backend: str, policies: PolicySet, tokenizer: Any, **kwargs: Any) -> GenerationBackend:
-    """The rollout backend named by `training.generation_backend` (HFGenerator's arguments)."""
+def make_generator(backend: str, policies: PolicySet, tokenizer: Any, training: dict[str, Any] | None = None,
+                   seed: int = 0, **kwargs: Any) -> GenerationBackend:
+    """The rollout backend named by `training.generation_backend` (HFGenerator's arguments; the vllm
+    backend also reads `training` (its engine knobs) and the run's `seed`)."""
     if backend not in _BACKENDS:
         raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(_BACKENDS)})")
-    return _BACKENDS[backend](policies, tokenizer, **kwargs)
+    if backend == "vllm":
+        return _vllm_generator(policies, tokenizer, training=training or {}, seed=seed, **kwargs)
+    return HFGenerator(policies, tokenizer, **kwargs)

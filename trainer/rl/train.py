@@ -29,9 +29,11 @@ from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
+from trainer.rl.weight_sync import logp_mismatch
 from trainer.rl.update import GradientRecorder, PolicyUpdater, Row, collate, micro_batches
 from trainer.settings import RunSettings
 from trainer.sweep import rundir
+from trainer.sweep.preflight import check_run
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Turn, make_workflow, score_episodes
 
@@ -80,6 +82,7 @@ class Trainer:
         seed_everything(self.settings.seed)
         if self.device == "cpu":
             torch.set_num_threads(max(1, self.settings.resources.cpus // self.ranks.world_size))
+        check_run(self.cfg)  # a rollout backend that cannot start fails before the model loads
         self.tokenizer, base = (tokenizer, model) if model is not None else self._load_base()
         self.task = get_task(self.settings.task)
         self.workflow = make_workflow(self.settings.workflow, self.cfg["workflow_params"], self.task)
@@ -89,7 +92,8 @@ class Trainer:
         self.updater = PolicyUpdater(self.policies, t, self.tokenizer.pad_token_id, self.device, self.ranks)
         self.recorders = self.updater.recorders
         common = dict(max_new_tokens=t.max_completion_length, top_p=t.top_p, enable_thinking=t.enable_thinking,
-                      device=self.device)
+                      device=self.device, generation_memory_gb=t.generation_memory_gb,
+                      training=self.cfg["training"], seed=self.settings.seed)  # the vllm engine's knobs and seed
         self.generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
                                                           temperature=t.temperature, **common))
         self.eval_generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
@@ -167,6 +171,9 @@ class Trainer:
         episodes, _ = self.rollout(step)
         t_update = time.time()
         turns = [t for ep in episodes for t in ep.turns]
+        # training-inference mismatch per role, before the update (vllm only: HF logps are the trainer's)
+        mismatch = logp_mismatch(self.policies, turns, self.t.temperature) \
+            if self.t.generation_backend == "vllm" else {}
         for policy in self.policies:
             stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
             lr = policy.scheduler.get_last_lr()[0]
@@ -188,7 +195,9 @@ class Trainer:
                     "clip_ratio": s.get("clipped", float("nan")) / tokens,
                     "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
+                    "logp_mismatch": mismatch.get(role, float("nan")),
                 })
+        self.generate.after_update(step)  # sync the updated weights into the vllm engine, verified
         self.timings["update_s"] = max(self.timings["update_s"], time.time() - t_update)
 
     # -- evaluation -------------------------------------------------------------------------
@@ -239,7 +248,7 @@ class Trainer:
                 self.evaluate(start)  # step 0, or a step whose eval a signal cut short
                 self.log(f"step {start}/{max_steps} eval " + self._eval_summary())
             for step in range(start + 1, max_steps + 1):
-                tokens_before, t0 = self.generate.generated_tokens, time.time()
+                tokens_before, chunks_before, t0 = self.generate.generated_tokens, self.generate.chunks, time.time()
                 self.train_step(step)
                 completed = step
                 pause_for_tests("step")
@@ -254,20 +263,21 @@ class Trainer:
                 if stopping:
                     self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
                     return None
-                self.log_step(step, start, t_start, t0, tokens_before)
+                self.log_step(step, start, t_start, t0, tokens_before, chunks_before)
         except StopRequested:  # DDP: raised on the signalled rank; its peers end with the job
             self.save_on_stop(completed)
             return None
         return self.publish(max_steps, time.time() - t_start)
 
-    def log_step(self, step: int, start: int, t_start: float, t0: float, tokens_before: int) -> None:
+    def log_step(self, step: int, start: int, t_start: float, t0: float, tokens_before: int, chunks_before: int) -> None:
         """The progress line of a finished step."""
         elapsed = time.time() - t_start
         rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
         tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
         left = elapsed / (step - start) * (self.t.max_steps - step)
         self.log(f"step {step}/{self.t.max_steps} reward {rewards} | eval {self._eval_summary()} | "
-                 f"{tok_s:.0f} tok/s | {elapsed:.0f}s elapsed, {left:.0f}s left")
+                 f"{tok_s:.0f} tok/s, {self.generate.chunks - chunks_before} generate chunks | "
+                 f"{elapsed:.0f}s elapsed, {left:.0f}s left")
 
     def save_on_stop(self, completed: int) -> None:
         """Checkpoint the state after step `completed` (unless saved already): what a signal keeps."""

@@ -87,6 +87,7 @@ def _schemas() -> dict[str, "pa.Schema"]:
         ("completion_len_mean", pa.float64()),
         ("lr", pa.float64()),
         ("skipped", pa.bool_()),  # the step's update was skipped (non-finite loss or gradient)
+        ("logp_mismatch", pa.float64()),  # mean |log p_engine - log p_trainer| over sampled tokens (vllm; else NaN)
         ("time_s", pa.float64()),
     ])
 

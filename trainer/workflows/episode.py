@@ -15,6 +15,7 @@ class Completion:
     text: str
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None  # the engine's log-prob of each completion token (vllm backend)
 
 
 @dataclass

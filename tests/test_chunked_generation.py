@@ -1,0 +1,103 @@
+"""A stage far over its KV-cache budget is generated in chunks (issue 18, must-show 1).
+
+On a small random Qwen3 (LoRA policies, as a run has), greedy outputs of a chunked call equal the
+unchunked call's token for token and in input order; the number of chunks follows the budget; and
+every chunk's KV cache, estimated HERE from the model config (layers x KV heads x head dim x K/V x
+dtype bytes x rows x (longest prompt + max_new_tokens)), stays under the budget. The chunks are
+seen by spying on the real Hugging Face `generate`; the stage is still one logical call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from transformers.generation.utils import GenerationMixin
+
+from tests.local_qwen3 import small_vocab_tokenizer
+from trainer.models.base_model import build_tiny_model
+from trainer.rl.policies import PolicySet
+from trainer.settings import TrainingSettings, from_dict
+from trainer.rl.rollout import ConfigError, HFGenerator, chat_prompt
+
+MAX_NEW = 6
+TRAINING = from_dict(TrainingSettings, {"finetune": "lora", "lora": {"r": 4, "lora_alpha": 8}, "max_steps": 1,
+                                         "learning_rate": 1e-3, "lr_scheduler_type": "constant"}, "training")
+# prompts of many lengths, not sorted: the chunks must sort them and put the results back
+PROMPTS = [f"Calculate {a} + {b}." + " Then add 1." * (a % 5) for a, b in zip(range(7, 40, 3), range(11))] * 2
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = small_vocab_tokenizer()
+    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "num_key_value_heads": 2}
+    base = build_tiny_model(arch, 0, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                            pad_token_id=tok.pad_token_id)
+    return tok, PolicySet(base, {"generator": "shared"}, TRAINING)
+
+
+def kv_bytes(config, rows: int, tokens: int) -> int:
+    """The test's own estimate: float32 K and V per layer, per KV head, per head dimension."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    return config.num_hidden_layers * config.num_key_value_heads * head_dim * 2 * 4 * rows * tokens
+
+
+def run(setup, monkeypatch, memory_gb: float) -> tuple[HFGenerator, list, list[tuple[int, int]]]:
+    """One greedy call of the whole stage; (generator, completions, (rows, prompt width) of each real generate)."""
+    tok, policies = setup
+    shapes, depth = [], []
+    real = GenerationMixin.generate
+
+    def spy(model, *args, **kwargs):
+        if not depth:  # the outermost call only
+            shapes.append(tuple(kwargs["input_ids"].shape))
+        depth.append(1)
+        try:
+            return real(model, *args, **kwargs)
+        finally:
+            depth.pop()
+
+    monkeypatch.setattr(GenerationMixin, "generate", spy)
+    gen = HFGenerator(policies, tok, max_new_tokens=MAX_NEW, temperature=0.0, generation_memory_gb=memory_gb)
+    out = gen("generator", PROMPTS)
+    monkeypatch.setattr(GenerationMixin, "generate", real)
+    return gen, out, shapes
+
+
+def test_chunked_greedy_generation_equals_unchunked_and_fits_the_budget(setup, monkeypatch):
+    tok, policies = setup
+    config = policies.model("shared").config
+    lengths = [len(tok(chat_prompt(tok, p, False), add_special_tokens=False)["input_ids"]) for p in PROMPTS]
+    assert len(set(lengths)) > 3  # the stage really mixes prompt lengths
+
+    whole, whole_out, whole_shapes = run(setup, monkeypatch, memory_gb=64.0)
+    assert (whole.calls, whole.chunks, len(whole_shapes)) == (1, 1, 1)
+
+    per_row_max = kv_bytes(config, 1, max(lengths) + MAX_NEW)
+    for rows_fitting in (4, 2):  # a budget of about 4, then 2, of the longest rows: far under the stage's need
+        budget_gb = rows_fitting * per_row_max / 2**30
+        gen, out, shapes = run(setup, monkeypatch, memory_gb=budget_gb)
+        # one logical call, several real generate calls, counted as chunks
+        assert gen.calls == 1 and gen.chunks == len(shapes) > 1
+        # every chunk under the budget, estimated from the model config
+        for rows, width in shapes:
+            assert kv_bytes(config, rows, width + MAX_NEW) <= budget_gb * 2**30, (rows, width)
+        # the chunk count follows the budget: at least the stage's total need over the budget, at most one per
+        # `rows_fitting` rows of the longest (sorted greedy packing fills each chunk before the next)
+        need = sum(kv_bytes(config, 1, n + MAX_NEW) for n in lengths)
+        assert math.ceil(need / (budget_gb * 2**30)) <= gen.chunks <= math.ceil(len(PROMPTS) / rows_fitting)
+        # prompts sorted by length: widths never shrink from one chunk to the next
+        assert [w for _, w in shapes] == sorted(w for _, w in shapes)
+        # token for token, in input order
+        assert [c.completion_ids for c in out] == [c.completion_ids for c in whole_out]
+        assert [c.prompt_ids for c in out] == [c.prompt_ids for c in whole_out]
+        assert [len(c.prompt_ids) for c in out] == lengths
+    assert len(shapes) > len(whole_shapes)
+
+
+def test_a_budget_below_one_sequence_is_a_named_error(setup):
+    tok, policies = setup
+    gen = HFGenerator(policies, tok, max_new_tokens=MAX_NEW, temperature=0.0, generation_memory_gb=1e-9)
+    with pytest.raises(ConfigError, match="training.generation_memory_gb"):
+        gen("generator", PROMPTS[:2])

@@ -1,0 +1,90 @@
+"""Errors before work: a rollout backend that cannot start fails at `snakemake -n` and at job start.
+
+What the config schema cannot see, because it depends on the environment or on two keys at once:
+`training.generation_backend: vllm` where vLLM cannot be imported, a LoRA rank above
+`training.vllm.max_lora_rank`, a `training.vllm.tensor_parallel_size` above the job's GPUs.
+`check_matrix` runs in Snakemake's process (rules/common.smk) over every run of the matrix;
+`check_run` runs in the job before the model loads (the job's environment may differ).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+from typing import Any
+
+from trainer.settings import VllmSettings, from_dict
+from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config
+
+# the LoRA ranks vLLM accepts as max_lora_rank (vllm.config.lora.MaxLoRARanks); an adapter of rank r
+# is served with the smallest of them >= r
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_settings(training: dict[str, Any]) -> dict[str, Any]:
+    """`training.vllm` with its defaults (trainer.settings.VllmSettings, their one home), as a dict."""
+    return dataclasses.asdict(from_dict(VllmSettings, training.get("vllm") or {}, "training.vllm"))
+
+
+def vllm_import_error() -> str | None:
+    """Why `import vllm` fails here, or None when it works."""
+    if importlib.util.find_spec("vllm") is None:
+        return "the vllm package is not installed here"
+    try:
+        importlib.import_module("vllm")
+    except Exception as e:  # reported, not swallowed: it becomes the ConfigError's message
+        return f"`import vllm` fails here: {type(e).__name__}: {e}"
+    return None
+
+
+def served_lora_rank(training: dict[str, Any]) -> int:
+    """`max_lora_rank` the engine is started with: the configured one, or the adapter's rank rounded up."""
+    rank = training["lora"]["r"]
+    configured = vllm_settings(training)["max_lora_rank"]
+    if configured is not None:
+        return int(configured)
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), rank)
+
+
+def run_problems(run_config: dict[str, Any]) -> list[str]:
+    """What keeps this run's rollout backend from starting, each naming its key (empty: none)."""
+    training = run_config["training"]
+    if training.get("generation_backend", "hf") != "vllm":
+        return []
+    problems = []
+    why = vllm_import_error()
+    if why is not None:
+        problems.append(f"training.generation_backend: 'vllm' needs the vllm package, but {why} (install the "
+                        "`vllm` extra, e.g. bash .ci/setup-vllm on CPU, or set training.generation_backend: hf)")
+    knobs = vllm_settings(training)
+    if training.get("finetune") == "lora":
+        rank, served = training["lora"]["r"], served_lora_rank(training)
+        if rank > served or served not in VLLM_LORA_RANKS:
+            problems.append(f"training.lora.r: rank {rank} is above training.vllm.max_lora_rank ({served}); vLLM "
+                            f"serves ranks up to {VLLM_LORA_RANKS[-1]}, as max_lora_rank one of {VLLM_LORA_RANKS}")
+    if training.get("finetune") == "full" and (run_config.get("policy") != "shared" or training.get("policy_groups")):
+        problems.append("training.finetune: full with the vllm backend serves one policy (the engine holds one "
+                        "set of weights): use finetune lora for several policies, or policy shared")
+    gpus = int(run_config["resources"].get("gpus", 0))
+    if knobs["tensor_parallel_size"] > max(gpus, 1):
+        problems.append(f"training.vllm.tensor_parallel_size: {knobs['tensor_parallel_size']} is above the job's "
+                        f"GPUs (resources.gpus: {gpus})")
+    return problems
+
+
+def check_run(run_config: dict[str, Any]) -> None:
+    """Raise ConfigError, naming the run and the keys, when its rollout backend cannot start."""
+    problems = run_problems(run_config)
+    if problems:
+        raise ConfigError(f"run {run_config['run']}: " + "; ".join(problems))
+
+
+def check_matrix(config: dict[str, Any]) -> None:
+    """Raise ConfigError listing every run of the matrix whose rollout backend cannot start."""
+    lines = []
+    for run in expand_matrix(config):
+        rc = resolve_run_config(config, run)
+        lines += [f"run {run}: {p}" for p in run_problems(rc)]
+    if lines:
+        raise ConfigError("rollout backend cannot start:\n  " + "\n  ".join(lines))
