@@ -30,6 +30,7 @@ import torch
 
 from trainer.sweep import rundir
 from trainer.sweep.config import changed_keys, is_eval_step
+from trainer.rl import early_warning, tracking
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, group_advantages, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
@@ -222,6 +223,12 @@ class Trainer:
         self.train_rows: list[dict[str, Any]] = []
         self.eval_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
+        # early warning (trainer/rl/early_warning.py): thresholds and on_warning read there, once
+        self.warning_thresholds = early_warning.thresholds_of(self.t)
+        self.on_warning = early_warning.on_warning_of(self.t)
+        self.warning_rows: list[dict[str, Any]] = []
+        # optional tracker (trainer/rl/tracking.py): rows mirrored after each checkpoint and at publish
+        self.tracker = tracking.Tracker(run_config, self.run_dir, self.log)
 
     def _load_base(self):
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -328,8 +335,9 @@ class Trainer:
 
     def train_step(self, step: int) -> None:
         t0 = time.time()
-        episodes, _ = self.rollout(step)
+        episodes, group_of = self.rollout(step)
         turns = [t for ep in episodes for t in ep.turns]
+        zero_var = early_warning.zero_variance_shares(episodes, group_of)  # early warning: advantage collapse
         for policy in self.policies:
             rows = [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
                     for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
@@ -353,6 +361,7 @@ class Trainer:
                     "clip_ratio": s.get("clipped", float("nan")) / tokens,
                     "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
+                    "zero_var_group_share": zero_var.get(role, float("nan")),  # early warning
                 })
 
     # -- evaluation -------------------------------------------------------------------------
@@ -400,12 +409,17 @@ class Trainer:
             self.train_step(step)
             pause_for_tests("step")
             self.check_skipped(step)
+            warned = self.check_warnings(step)  # early warning: rows, log lines; `stop` ends the run early
+            early = bool(warned) and self.on_warning == "stop" and step < max_steps
             if is_eval_step(step, self.t):
                 self.evaluate(step)
             stopping = stop is not None and stop.is_set() and step < max_steps
-            if step % self.t["save_every"] == 0 or step == max_steps or stopping:
+            if step % self.t["save_every"] == 0 or step == max_steps or stopping or early:
                 self.checkpoint(step)
             self.write_progress(step, "training")
+            if early:
+                self.log(f"step {step}/{max_steps}: training.on_warning is stop; checkpoint saved, ending early")
+                return self.publish(step, time.time() - t_start, stopped_early=warned[0])
             if stopping:
                 self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
                 return None
@@ -426,6 +440,15 @@ class Trainer:
         if len(skipped) > limit:
             raise TrainingError(f"run {self.cfg['run']}: {len(skipped)} steps skipped for a non-finite loss or "
                                 f"gradient (training.max_skipped = {limit}), at steps {skipped}")
+
+    def check_warnings(self, step: int) -> list[dict[str, Any]]:
+        """The early warnings whose onset is this step: kept for warnings.parquet and logged."""
+        found = early_warning.warnings_at(self.train_rows, step, self.warning_thresholds)
+        self.warning_rows += found
+        for w in found:
+            self.log(f"step {step}: WARNING {w['detector']} on {w['role']}: {w['value']:.3g} "
+                     f"(threshold {w['threshold']:.3g})")
+        return found
 
     def _eval_summary(self) -> str:
         last = self.eval_rows[-len(self.eval_splits):]
@@ -457,6 +480,7 @@ class Trainer:
         self.write_logs(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+        self.tracker.flush(step, self.train_rows, self.eval_rows, self.warning_rows)  # tracker: after the checkpoint
         for old in sorted(root.glob("step-*"))[: -self.t["keep_last"]]:
             # renamed first, so a kill during the delete never leaves a partial step-* behind
             doomed = root / f".{old.name}.deleting"
@@ -521,6 +545,8 @@ class Trainer:
         self.train_rows = [r for r in read(rundir.TRAIN_PARQUET) if r["step"] <= step]
         self.eval_rows = [r for r in read(rundir.EVAL_PARQUET) if r["step"] <= step]
         self.sample_rows = [r for r in read(rundir.SAMPLES_PARQUET) if r["step"] <= step]
+        if (latest / rundir.WARNINGS_PARQUET).exists():  # absent in checkpoints from before early warning
+            self.warning_rows = [r for r in read(rundir.WARNINGS_PARQUET) if r["step"] <= step]
         self.log(f"resumed from {latest.name}")
         return step
 
@@ -529,15 +555,25 @@ class Trainer:
         rundir.write_parquet_atomic(rundir.to_table(self.eval_rows, rundir.EVAL_SCHEMA), directory / rundir.EVAL_PARQUET)
         rundir.write_parquet_atomic(rundir.to_table(self.sample_rows, rundir.SAMPLES_SCHEMA),
                                     directory / rundir.SAMPLES_PARQUET)
+        rundir.write_parquet_atomic(rundir.to_table(self.warning_rows, rundir.WARNINGS_SCHEMA),
+                                    directory / rundir.WARNINGS_PARQUET)
 
-    def publish(self, steps_done: int, wall_time_s: float) -> dict[str, Any]:
-        """The run's logs into its directory, each atomically, and done.json last."""
+    def publish(self, steps_done: int, wall_time_s: float,
+                stopped_early: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The run's logs into its directory, each atomically, and done.json last; a run ended by an early
+        warning (training.on_warning: stop) names it in done.json's `stopped_early`."""
         self.write_logs(self.run_dir)
         pause_for_tests("publish")
         done = {"run": self.cfg["run"], "steps_done": steps_done, "steps_expected": self.t["max_steps"],
                 "config_hash": self.cfg["config_hash"], "wall_time_s": wall_time_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        if stopped_early:
+            done["stopped_early"] = {"step": int(stopped_early["step"]), "role": str(stopped_early["role"]),
+                                     "detector": str(stopped_early["detector"]),
+                                     "value": float(stopped_early["value"]),
+                                     "threshold": float(stopped_early["threshold"])}
         rundir.write_json_atomic(done, self.run_dir / rundir.DONE_JSON)
+        self.tracker.flush(steps_done, self.train_rows, self.eval_rows, self.warning_rows, finished=True)  # tracker
         self.write_progress(steps_done, "done")
         self.log(f"done: {self.run_dir}")
         return done
@@ -559,12 +595,14 @@ def run_training(run_dir: str | Path, restart: bool = False,
         remove_stale_temporaries(run_dir)
         if restart:
             shutil.rmtree(work / "checkpoints", ignore_errors=True)
+            (work / tracking.TRACKING_JSON).unlink(missing_ok=True)  # tracker: a fresh tracker run
         (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
         cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
         done_path = run_dir / rundir.DONE_JSON
         if done_path.exists():
             done = json.loads(done_path.read_text())
-            if done.get("config_hash") == cfg["config_hash"] and done.get("steps_done") == cfg["training"]["max_steps"]:
+            if done.get("config_hash") == cfg["config_hash"] and (
+                    done.get("steps_done") == cfg["training"]["max_steps"] or done.get("stopped_early")):
                 return done
         try:
             return Trainer(cfg, run_dir).fit(stop)

@@ -19,6 +19,7 @@ TRAIN_PARQUET = "train.parquet"
 EVAL_PARQUET = "eval.parquet"
 SAMPLES_PARQUET = "samples.parquet"
 DONE_JSON = "done.json"
+WARNINGS_PARQUET = "warnings.parquet"  # early-warning events (trainer/rl/early_warning.py)
 WORK_DIR = "work"
 # Under work/ (not read by analysis): the trainer's progress and last failure, for `trainer status`,
 # and the lock a training process holds.
@@ -48,6 +49,9 @@ TRAIN_SCHEMA = pa.schema([
     ("skipped", pa.bool_()),  # the step's update was skipped (non-finite loss or gradient)
     ("time_s", pa.float64()),
 ])
+# Further float columns of train.parquet (optional, written by the trainer since early warning):
+# zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
+# agree, so that their advantages are zero (advantage collapse).
 
 # One row per (step, eval split); workflow diagnostics are further float columns.
 EVAL_SCHEMA = pa.schema([
@@ -57,6 +61,17 @@ EVAL_SCHEMA = pa.schema([
     ("n", pa.int64()),
     ("final_answer_parse_rate", pa.float64()),
     ("time_s", pa.float64()),
+])
+
+# One row per early warning: a detector of trainer/rl/early_warning.py crossing its threshold (onset) on a
+# role's signal at a step; `version` is the detectors' definition version (EARLY_WARNING_VERSION).
+WARNINGS_SCHEMA = pa.schema([
+    ("step", pa.int64()),
+    ("role", pa.string()),
+    ("detector", pa.string()),
+    ("value", pa.float64()),
+    ("threshold", pa.float64()),
+    ("version", pa.int64()),
 ])
 
 # A bounded sample of whole episodes per eval: one row per turn.

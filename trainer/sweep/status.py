@@ -98,6 +98,10 @@ def run_status(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunSta
     if done and config and done.get("config_hash") == config["config_hash"] and done.get("steps_done") == max_steps:
         return RunStatus(run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps,
                          max_steps=max_steps)
+    if done and config and done.get("config_hash") == config["config_hash"] and done.get("stopped_early"):
+        w = done["stopped_early"]  # training.on_warning: stop (trainer/rl/early_warning.py)
+        return RunStatus(run, "done-early", f"stopped at step {done['steps_done']}/{max_steps}: {w['detector']} on "
+                                            f"{w['role']}", step=done["steps_done"], max_steps=max_steps)
     job = read_json(work / JOB_JSON)
     progress = read_json(work / rundir.PROGRESS_JSON)
     failure = read_json(work / rundir.FAILURE_JSON)

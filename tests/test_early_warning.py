@@ -1,0 +1,123 @@
+"""Early-warning detectors (trainer/rl/early_warning.py): each fires on a planted signal at the planted
+step and stays silent on a planted flat run; warnings.parquet has the contract's columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainer.rl import early_warning as ew
+from trainer.sweep import rundir
+
+STEPS = 40
+ONSET = 25
+
+
+def flat_run(policy: str = "shared", seed: int = 0) -> pd.DataFrame:
+    """Two roles, every signal flat with a little noise: nothing should fire."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for step in range(1, STEPS + 1):
+        for role, share in (("generator", 0.5), ("aggregator", 0.5)):
+            rows.append({"step": step, "role": role, "policy": policy if policy == "shared" else role,
+                         "entropy": 2.0 + 0.05 * rng.standard_normal(), "grad_norm": 1.0 + 0.1 * rng.random(),
+                         "grad_sq_share": share + 0.02 * rng.standard_normal(),
+                         "zero_var_group_share": 0.3 + 0.05 * rng.random(),
+                         "amplification_index": 1.2 + 0.05 * rng.random(),
+                         "train_inference_mismatch": 0.05 + 0.01 * rng.random(), "skipped": False})
+    return pd.DataFrame(rows)
+
+
+def plant(df: pd.DataFrame, column: str, value: float, role: str = "generator", only_onset: bool = False) -> pd.DataFrame:
+    """Set `column` of `role` to `value` from step ONSET on (or at ONSET only: a spike)."""
+    df = df.copy()
+    at = (df["role"] == role) & ((df["step"] == ONSET) if only_onset else (df["step"] >= ONSET))
+    df.loc[at, column] = value
+    return df
+
+
+@pytest.mark.parametrize("policy", ["shared", "isolated"])
+def test_flat_run_is_silent(policy):
+    assert ew.warnings_from_train(flat_run(policy)).empty
+
+
+PLANTS = [  # detector, column, planted value, spike only
+    ("entropy_collapse", "entropy", 0.2, False),
+    ("advantage_collapse", "zero_var_group_share", 1.0, False),
+    ("grad_norm_spike", "grad_norm", 20.0, True),
+    ("capture", "grad_sq_share", 0.95, False),
+    ("amplification", "amplification_index", 4.0, False),
+    ("train_inference_mismatch", "train_inference_mismatch", 2.0, False),
+]
+
+
+@pytest.mark.parametrize("detector,column,value,spike", PLANTS)
+def test_each_detector_fires_on_its_planted_signal(detector, column, value, spike):
+    found = ew.warnings_from_train(plant(flat_run(), column, value, only_onset=spike))
+    assert list(found["detector"]) == [detector], found
+    row = found.iloc[0]
+    assert row["role"] == "generator"
+    # within the trailing window of the onset, never before it
+    assert ONSET <= row["step"] < ONSET + ew.DEFAULT_THRESHOLDS["window"]
+    assert row["threshold"] == ew.DEFAULT_THRESHOLDS[next(d.threshold_key for d in ew.DETECTORS if d.name == detector)]
+    assert row["version"] == ew.EARLY_WARNING_VERSION
+
+
+def test_capture_is_silent_on_isolated_policies():
+    assert ew.warnings_from_train(plant(flat_run("isolated"), "grad_sq_share", 1.0)).empty
+
+
+def test_absent_columns_silence_their_detectors():
+    df = plant(flat_run(), "entropy", 0.2).drop(columns=["amplification_index", "train_inference_mismatch"])
+    assert list(ew.warnings_from_train(df)["detector"]) == ["entropy_collapse"]
+
+
+def test_thresholds_come_from_config_and_unknown_keys_are_errors():
+    df = plant(flat_run(), "grad_sq_share", 0.7)
+    assert list(ew.warnings_from_train(df, ew.thresholds_of({}))["detector"]) == ["capture"]
+    assert ew.warnings_from_train(df, ew.thresholds_of({"early_warning": {"capture_share": 0.8}})).empty
+    with pytest.raises(ValueError, match="training.early_warning: unknown key.*capture_shares"):
+        ew.thresholds_of({"early_warning": {"capture_shares": 0.8}})
+    with pytest.raises(ValueError, match="training.on_warning"):
+        ew.on_warning_of({"on_warning": "panic"})
+
+
+def test_online_warnings_at_each_step_equal_the_offline_ones():
+    df = plant(flat_run(), "entropy", 0.2)
+    rows = df.to_dict("records")
+    online = [w for s in range(1, STEPS + 1) for w in ew.warnings_at([r for r in rows if r["step"] <= s], s,
+                                                                      ew.DEFAULT_THRESHOLDS)]
+    assert pd.DataFrame(online).equals(ew.warnings_from_train(df))
+
+
+def test_zero_variance_share_counts_groups_whose_rewards_agree():
+    assert ew.zero_variance_share({0: [1.0, 1.0], 1: [0.0, 1.0], 2: [0.0, 0.0], 3: [1.0]}) == pytest.approx(2 / 3)
+    assert np.isnan(ew.zero_variance_share({0: [1.0]}))
+
+
+def test_warnings_table_has_the_contract_columns():
+    table = rundir.to_table(ew.warnings_from_train(plant(flat_run(), "entropy", 0.2)), rundir.WARNINGS_SCHEMA)
+    assert table.schema.names[:5] == ["step", "role", "detector", "value", "threshold"]
+    assert table.num_rows == 1
+
+
+def test_warnings_judged_against_cliffs():
+    from analysis.warnings_judged import judge
+
+    def w(*pairs):
+        return pd.DataFrame([{"step": s, "role": "generator", "detector": d, "value": 1.0, "threshold": 0.5}
+                             for d, s in pairs], columns=["step", "role", "detector", "value", "threshold"])
+
+    runs = [{"cliff_step": 100.0, "warnings": w(("capture", 60), ("capture", 90), ("grad_norm_spike", 120))},
+            {"cliff_step": 50.0, "warnings": w(("capture", 30))},
+            {"cliff_step": 80.0, "warnings": w()},
+            {"cliff_step": float("nan"), "warnings": w(("grad_norm_spike", 10))},
+            {"cliff_step": float("nan"), "warnings": w()}]
+    table = judge(runs, ["capture", "grad_norm_spike"]).set_index("detector")
+    assert table.loc["capture"].to_dict() == {"runs_cliff": 3, "warned_before_cliff": 2, "hit_rate": 2 / 3,
+                                              "median_lead_steps": 30.0, "runs_no_cliff": 2, "false_alarms": 0,
+                                              "false_alarm_rate": 0.0}
+    spike = table.loc["grad_norm_spike"]
+    assert spike["warned_before_cliff"] == 0 and np.isnan(spike["median_lead_steps"])  # fired after the cliff
+    assert spike["false_alarms"] == 1 and spike["false_alarm_rate"] == 0.5
