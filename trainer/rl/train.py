@@ -402,6 +402,7 @@ class Trainer:
         self.write_progress(start, "started")
         if start == 0:
             self.evaluate(0)
+            self.write_logs(self.work)  # curves of running runs: partial logs under work/ at each eval
             self.log(f"step 0/{max_steps} eval " + self._eval_summary())
         for step in range(start + 1, max_steps + 1):
             tokens_before = self.generate.generated_tokens
@@ -413,6 +414,7 @@ class Trainer:
             early = bool(warned) and self.on_warning == "stop" and step < max_steps
             if is_eval_step(step, self.t):
                 self.evaluate(step)
+                self.write_logs(self.work)  # curves of running runs: partial logs under work/ at each eval
             stopping = stop is not None and stop.is_set() and step < max_steps
             if step % self.t["save_every"] == 0 or step == max_steps or stopping or early:
                 self.checkpoint(step)

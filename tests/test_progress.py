@@ -1,0 +1,64 @@
+"""Curves of running runs (analysis/progress.py): a running run's partial work/ logs are drawn, marked as
+running with its step, only when asked; `python -m analysis progress` renders the figure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+
+from analysis.progress import progress_curves
+from tests.conftest import ROOT, snakemake
+from trainer.sweep.rundir import write_json_atomic
+
+
+def make_runs(tmp_path):
+    """One finished run (published eval.parquet + done.json), one running (work/ logs + progress.json)."""
+    done, running = tmp_path / "voting-math-tiny-shared-s0", tmp_path / "voting-math-tiny-isolated-s0"
+    (done / "work").mkdir(parents=True)
+    (running / "work").mkdir(parents=True)
+    evals = pd.DataFrame({"step": [0, 5, 10], "split": "arithmetic", "accuracy": [0.2, 0.4, 0.5]})
+    evals.to_parquet(done / "eval.parquet")
+    write_json_atomic({"steps_done": 10}, done / "done.json")
+    evals.iloc[:2].to_parquet(running / "work" / "eval.parquet")
+    write_json_atomic({"step": 7, "phase": "training"}, running / "work" / "progress.json")
+    return [done, running]
+
+
+def test_running_runs_are_drawn_only_when_asked(tmp_path):
+    dirs = make_runs(tmp_path)
+    assert set(progress_curves(dirs, include_running=False)["run"]) == {"voting-math-tiny-shared-s0"}
+    curves = progress_curves(dirs, include_running=True)
+    running = curves[curves["run"] == "voting-math-tiny-isolated-s0"]
+    assert list(running["step"]) == [0, 5] and set(running["state"]) == {"running"} and set(running["at_step"]) == {7}
+
+
+def test_cli_renders_the_figure_and_names_running_runs(tmp_path):
+    dirs = make_runs(tmp_path)
+    for flag, named in (([], False), (["--include-running"], True)):
+        out = tmp_path / f"progress{len(flag)}.png"
+        proc = subprocess.run([sys.executable, "-m", "analysis", "progress", "--out", str(out), *flag, "--",
+                               *map(str, dirs)], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert out.stat().st_size > 0
+        assert ("voting-math-tiny-isolated-s0 running @ step 7" in proc.stderr) is named
+
+
+def test_snakemake_figures_draws_running_runs_only_with_include_running(workdir):
+    """Must-show 2: a run after its first eval is drawn, marked running with its step, by
+    `snakemake figures --config include_running=true`, and not by `snakemake figures`."""
+    from benchmarks.synthetic_logs import planted_run
+
+    runs = workdir / "results" / "runs"
+    planted_run(runs / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0", steps=20, eval_every=10)
+    running = runs / "voting-math-tiny-isolated-s0" / "work"
+    running.mkdir(parents=True)
+    pd.DataFrame({"step": [0, 5], "split": "arithmetic", "accuracy": [0.2, 0.3]}).to_parquet(running / "eval.parquet")
+    write_json_atomic({"step": 6, "phase": "training"}, running / "progress.json")
+    log = workdir / "results" / "logs" / "figures.log"
+    snakemake("figures", "--cores", "1", cwd=workdir)
+    assert "1 runs drawn" in log.read_text() and "running @ step" not in log.read_text()
+    snakemake("figures", "--cores", "1", "--config", "include_running=true", cwd=workdir)  # params changed: redrawn
+    assert "2 runs drawn" in log.read_text() and "voting-math-tiny-isolated-s0 running @ step 6" in log.read_text()
+    assert (workdir / "results" / "figures" / "progress.png").stat().st_size > 5000
