@@ -24,6 +24,7 @@ TABLES = {
     "variance_decomposition": "Questions",
     "failure_signatures": "Failure signatures",
     "skipped_runs": "Runs",         # runs of the matrix not analysed: missing, or left out with why
+    "early_warnings": "Cliffs",     # per early-warning detector: fired before the cliff, lead time, false alarms
 }
 TABLE_FORMATS = ("csv", "md", "tex", "html")
 

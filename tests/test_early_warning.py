@@ -121,3 +121,17 @@ def test_warnings_judged_against_cliffs():
     spike = table.loc["grad_norm_spike"]
     assert spike["warned_before_cliff"] == 0 and np.isnan(spike["median_lead_steps"])  # fired after the cliff
     assert spike["false_alarms"] == 1 and spike["false_alarm_rate"] == 0.5
+
+
+def test_planted_runs_judged_end_to_end(tmp_path):
+    """benchmarks/bench_warnings.py: the trainer's detectors on planted runs, judged against their cliffs."""
+    from benchmarks.bench_warnings import judged_planted_runs
+
+    table, n = judged_planted_runs(tmp_path, steps=200, seeds=1)
+    table = table.set_index("detector")
+    assert n == 12 and list(table.index) == list(rundir.EARLY_WARNING_DETECTORS)
+    assert (table["runs_cliff"] + table["runs_no_cliff"] == n).all() and table["runs_cliff"].iloc[0] > 0
+    # only Shared capture is planted ahead of the cliffs; nothing planted, nothing fires
+    assert table.loc["capture", "false_alarms"] + table.loc["capture", "warned_before_cliff"] > 0
+    assert table.drop(index="capture")[["warned_before_cliff", "false_alarms"]].to_numpy().sum() == 0
+    assert (tmp_path / "voting-math-qwen3-0.6b-shared-s0" / rundir.WARNINGS_PARQUET).exists()

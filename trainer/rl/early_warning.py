@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from trainer.sweep import rundir
+
 EARLY_WARNING_VERSION = 1
 
 DEFAULT_THRESHOLDS: dict[str, float] = {
@@ -100,6 +102,7 @@ DETECTORS = [
              lambda x, t: trailing_mean(x, t["window"])),
 ]
 DETECTOR_NAMES = [d.name for d in DETECTORS]
+assert tuple(DETECTOR_NAMES) == rundir.EARLY_WARNING_DETECTORS, "rundir's contract lists the detectors"
 
 
 def thresholds_of(training: dict[str, Any]) -> dict[str, float]:

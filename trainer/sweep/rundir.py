@@ -74,6 +74,10 @@ WARNINGS_SCHEMA = pa.schema([
     ("version", pa.int64()),
 ])
 
+# The detectors a warnings.parquet may name (trainer/rl/early_warning.py defines them; the analysis judges them).
+EARLY_WARNING_DETECTORS = ("entropy_collapse", "advantage_collapse", "grad_norm_spike", "capture", "amplification",
+                           "train_inference_mismatch")
+
 # A bounded sample of whole episodes per eval: one row per turn.
 SAMPLES_SCHEMA = pa.schema([
     ("step", pa.int64()),
