@@ -52,7 +52,11 @@ def die_at_step_3(monkeypatch):
 
 
 def mlflow_history(store) -> dict[str, list[tuple[int, float]]]:
+    import os
+
     from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
     client = MlflowClient(tracking_uri=(store / "mlruns").resolve().as_uri())
     runs = client.search_runs([client.get_experiment_by_name("test").experiment_id])

@@ -55,6 +55,11 @@ class MlflowBackend:
     """MLflow through its client (local file store by default: `file:<dir>/mlruns`)."""
 
     def __init__(self, settings: dict[str, Any], store: Path):
+        import os
+
+        # MLflow 3 refuses its file store unless told (it prefers a database); the file store is what works
+        # offline on a compute node with mlflow-skinny alone, so opt in for this process
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=(store / "mlruns").resolve().as_uri())
