@@ -13,6 +13,7 @@ FIGURES = {
     "cliffs": "Cliffs",
     "isolated_gradients": "Gradient dynamics",
     "shared_capture": "Gradient dynamics",
+    "early_warnings": "Cliffs",
 }
 FIGURE_FORMATS = ("png", "pdf")
 
@@ -29,7 +30,7 @@ TABLES = {
 TABLE_FORMATS = ("csv", "md", "tex", "html")
 
 # written by `summarize` (one job over every finished run) into results/analysis/
-INTERMEDIATE = ("runs", "problems", "curves", "gradients", "amplification", "signatures")
+INTERMEDIATE = ("runs", "problems", "curves", "gradients", "amplification", "signatures", "warnings")
 
 WORKFLOW_ORDER = ["single", "eval_opt", "voting", "orch_workers"]
 WORKFLOW_NAMES = {"single": "Single agent", "eval_opt": "Evaluator-Optimizer", "voting": "Voting",

@@ -64,6 +64,19 @@ def judge(runs: list[dict[str, Any]], detectors: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def onsets_table(run_dirs: list[Path], curves: pd.DataFrame) -> pd.DataFrame:
+    """Each run's first onset per detector beside its cliff step: run, policy, detector, role, step,
+    cliff_step, lead (cliff_step - step; NaN without a cliff): what the early-warning figure draws."""
+    primary = curves.drop_duplicates("run").set_index("run")
+    rows = []
+    for d in run_dirs:
+        w = read_warnings(d).sort_values("step", kind="stable").drop_duplicates("detector")
+        cliff = float(primary.loc[d.name, "cliff_step"])
+        rows += [{"run": d.name, "policy": primary.loc[d.name, "policy"], "detector": r.detector, "role": r.role,
+                  "step": float(r.step), "cliff_step": cliff, "lead": cliff - float(r.step)} for r in w.itertuples()]
+    return pd.DataFrame(rows, columns=["run", "policy", "detector", "role", "step", "cliff_step", "lead"])
+
+
 def judge_run_dirs(run_dirs: list[Path], curves: pd.DataFrame, detectors: list[str]) -> pd.DataFrame:
     """`judge` over run directories, their cliff steps read from analysis/curves.py's rows (`curves`:
     run, split, cliff_step; the first split listed per run is its primary one)."""

@@ -135,3 +135,25 @@ def test_planted_runs_judged_end_to_end(tmp_path):
     assert table.loc["capture", "false_alarms"] + table.loc["capture", "warned_before_cliff"] > 0
     assert table.drop(index="capture")[["warned_before_cliff", "false_alarms"]].to_numpy().sum() == 0
     assert (tmp_path / "voting-math-qwen3-0.6b-shared-s0" / rundir.WARNINGS_PARQUET).exists()
+
+
+def test_analyse_writes_the_early_warning_table_and_figure(tmp_path):
+    """analyse: results/tables/early_warnings and analysis/warnings.parquet (first onsets beside the cliff);
+    render_all draws the early_warnings figure from them."""
+    import io
+
+    from analysis.analyse import analyse
+    from analysis.figures import render_all
+    from benchmarks.bench_warnings import judged_planted_runs
+
+    judged_planted_runs(tmp_path / "runs", steps=120, seeds=1)
+    dirs = sorted((tmp_path / "runs").iterdir())
+    analyse(dirs, [d.name for d in dirs], {}, tmp_path / "res", log=io.StringIO())
+    table = pd.read_csv(tmp_path / "res" / "tables" / "early_warnings.csv")
+    assert list(table["detector"]) == list(rundir.EARLY_WARNING_DETECTORS)
+    assert (table["runs_cliff"] + table["runs_no_cliff"] == len(dirs)).all()
+    onsets = pd.read_parquet(tmp_path / "res" / "analysis" / "warnings.parquet")
+    assert len(onsets) and set(onsets["detector"]) <= set(rundir.EARLY_WARNING_DETECTORS)
+    assert not onsets.duplicated(["run", "detector"]).any()
+    render_all(tmp_path / "res", tmp_path / "fig", log=io.StringIO())
+    assert (tmp_path / "fig" / "early_warnings.png").stat().st_size > 5000
