@@ -10,6 +10,7 @@ work/progress.json. Running runs are drawn dashed and labelled `running @ step N
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -42,8 +43,14 @@ def run_curve(run_dir: Path, include_running: bool) -> pd.DataFrame:
 
 
 def progress_curves(run_dirs: list[str | Path], include_running: bool) -> pd.DataFrame:
-    """Every run's curve (see run_curve), stacked."""
-    parts = [run_curve(Path(d), include_running) for d in run_dirs]
+    """Every run's curve (see run_curve), stacked; a run whose eval log cannot be read is left out and named
+    on stderr (as `analyse` leaves out a corrupt run), so one bad file does not stop the figures."""
+    parts = []
+    for d in run_dirs:
+        try:
+            parts.append(run_curve(Path(d), include_running))
+        except ValueError as e:
+            print(f"left out of the progress figure: {e}", file=sys.stderr)
     parts = [p for p in parts if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
 

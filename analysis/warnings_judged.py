@@ -67,6 +67,8 @@ def judge(runs: list[dict[str, Any]], detectors: list[str]) -> pd.DataFrame:
 def onsets_table(run_dirs: list[Path], curves: pd.DataFrame) -> pd.DataFrame:
     """Each run's first onset per detector beside its cliff step: run, policy, detector, role, step,
     cliff_step, lead (cliff_step - step; NaN without a cliff): what the early-warning figure draws."""
+    if not run_dirs:  # nothing finished: an empty table (the summary then has no cliff columns)
+        return pd.DataFrame(columns=["run", "policy", "detector", "role", "step", "cliff_step", "lead"])
     primary = curves.drop_duplicates("run").set_index("run")
     rows = []
     for d in run_dirs:
@@ -80,6 +82,8 @@ def onsets_table(run_dirs: list[Path], curves: pd.DataFrame) -> pd.DataFrame:
 def judge_run_dirs(run_dirs: list[Path], curves: pd.DataFrame, detectors: list[str]) -> pd.DataFrame:
     """`judge` over run directories, their cliff steps read from analysis/curves.py's rows (`curves`:
     run, split, cliff_step; the first split listed per run is its primary one)."""
+    if not run_dirs:  # nothing finished: every detector with no runs
+        return judge([], detectors)
     primary = curves.drop_duplicates("run").set_index("run")["cliff_step"]
     missing = [d.name for d in run_dirs if d.name not in primary.index]
     if missing:
