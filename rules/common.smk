@@ -7,8 +7,6 @@ from pathlib import Path
 
 sys.path.insert(0, workflow.basedir)  # the packages of this repository, installed or not
 
-from snakemake.cli import get_argument_parser
-
 from trainer.sweep.config import (
     base_model_spec,
     expand_matrix,
@@ -20,23 +18,11 @@ from trainer.sweep.config import (
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.workflows import run_turns
 
-
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
 
 RESULTS = "results"
 RUNS = [str(r) for r in expand_matrix(config)]
 SCALES = sorted({parse_run_id(r).scale for r in RUNS})
-
-
-def requested_targets():
-    """The targets named on the command line (Snakemake exposes none while parsing)."""
-    args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
-    return set(args.targets or [])
-
-
-# `snakemake figures` re-analyses what has finished and must never train: in that mode the
-# train rules are not even defined, so the run logs are plain source files of the DAG.
-REANALYSIS = "figures" in requested_targets()
 
 
 def run_dir(run):
@@ -47,27 +33,26 @@ def run_file(run, name):
     return f"{run_dir(run)}/{name}"
 
 
-def finished_runs():
-    """Runs of the matrix whose done.json exists."""
-    return [r for r in RUNS if Path(run_file(r, "done.json")).exists()]
+def finished_run_dirs(wildcards):
+    """The run directories of the matrix whose done.json exists (looked at when the DAG is built)."""
+    return " ".join(run_dir(r) for r in RUNS if Path(run_file(r, "done.json")).exists())
 
 
-ANALYSED_RUNS = finished_runs() if REANALYSIS else RUNS
+def finished_runs_stamp(wildcards):
+    """Each finished run with its done.json's modification time: as a parameter, a rerun trigger of
+    `figures` when a run finishes, or finishes again."""
+    done = [Path(run_file(r, "done.json")) for r in RUNS]
+    return " ".join(f"{p.parent.name}@{p.stat().st_mtime_ns}" for p in done if p.exists())
 
 
-# Jobs of a CPU scale (`tiny`) run under glibc allocator settings that keep freed memory instead
-# of mapping and unmapping every large tensor (DESIGN.md: it halved CPU step times); not set for
-# the real scales, whose jobs hold large host buffers that should be returned.
-CPU_ALLOCATOR = "env GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
-
-
-def cpu_env(wildcards, output):
-    """The allocator prefix of a job's command: CPU_ALLOCATOR for the tiny scale, else nothing.
+def scale_env(wildcards, output):
+    """The `env NAME=value ...` prefix of a job's command (names sorted): its scale's `env` in config, or nothing.
 
     It takes `output`, so Snakemake counts it a derived parameter: no rerun trigger.
     """
     scale = wildcards.scale if hasattr(wildcards, "scale") else parse_run_id(wildcards.run).scale
-    return CPU_ALLOCATOR if config["scales"][scale]["model"] == "tiny" else ""
+    env = config["scales"][scale].get("env") or {}
+    return " ".join(["env"] + [f"{name}={shlex.quote(value)}" for name, value in sorted(env.items())]) if env else ""
 
 
 def train_priority(wildcards):
@@ -111,6 +96,11 @@ def analysis_inputs(runs):
 
 def analysis_arg():
     return shlex.quote(json.dumps(config["analysis"], sort_keys=True))
+
+
+def report_files(path, caption, categories):
+    """`report()` outputs for each name -> category: the path and caption patterns filled with the name."""
+    return [report(path.format(n), caption=caption.format(n), category=c) for n, c in categories.items()]
 
 
 def get_final_output():

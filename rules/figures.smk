@@ -1,47 +1,65 @@
-# The study's figures, rendered from the analysis tables alone.
+# The study's figures, rendered from the analysis tables alone, and `snakemake figures`: the analysis
+# and these figures again over the runs finished so far, in one job that never trains (see Snakefile).
 from analysis.names import FIGURES as FIGURE_NAMES
 
-
-def progress_args():
-    """`python -m analysis progress`'s arguments: every run directory of the matrix, and --include-running
-    under `--config include_running=true` (issue 22: curves of running runs)."""
-    flag = "--include-running " if config.get("include_running") else ""
-    return flag + "-- " + " ".join(run_dir(r) for r in RUNS)
-
-
-def running_steps():
-    """Where the running runs stand (work/progress.json), under include_running: a params change, so a
-    later `snakemake figures --config include_running=true` redraws once a run has moved on."""
-    if not config.get("include_running"):
-        return ""
-    steps = [(r, Path(run_dir(r), "work", "progress.json")) for r in RUNS if not Path(run_file(r, "done.json")).exists()]
-    return " ".join(f"{r}@{json.loads(p.read_text())['step']}" for r, p in steps if p.exists())
+FIGURE_OUTPUTS = dict(
+    png=report_files(f"{RESULTS}/figures/{{}}.png", "report/{}.rst", FIGURE_NAMES),
+    pdf=[f"{RESULTS}/figures/{name}.pdf" for name in FIGURE_NAMES],
+)
+PLOT_COMMAND = (
+    "python -m analysis figures --results {params.results} --analysis {params.analysis}"
+    " --expected {params.expected} --out-dir {params.out_dir}"
+)
 
 
-rule figures:
+rule plot_figures:
     input:
         summary=f"{RESULTS}/summary.parquet",
         intermediate=[f"{RESULTS}/analysis/{name}.parquet" for name in INTERMEDIATE],
     output:
-        png=[
-            report(f"{RESULTS}/figures/{name}.png", caption=f"report/{name}.rst", category=category)
-            for name, category in FIGURE_NAMES.items()
-        ],
-        pdf=[f"{RESULTS}/figures/{name}.pdf" for name in FIGURE_NAMES],
-        progress=f"{RESULTS}/figures/progress.png",
+        **FIGURE_OUTPUTS,
+    log:
+        f"{RESULTS}/logs/plot_figures.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/plot_figures.tsv"
     conda:
         "../envs/analysis.yaml"
-    benchmark:
-        f"{RESULTS}/benchmarks/figures.tsv"
-    log:
-        f"{RESULTS}/logs/figures.log",
+    threads: 1
     params:
         expected=" ".join(RUNS),
         analysis=analysis_arg(),
-        results=RESULTS,
-        progress=progress_args(),
-        running=running_steps(),
+        results=lambda wildcards, input: Path(input.summary).parent,
+        out_dir=lambda wildcards, output: Path(output.png[0]).parent,
     shell:
-        "python -m analysis figures --results {params.results} --analysis {params.analysis}"
-        " --expected {params.expected} --out-dir {params.results}/figures > {log} 2>&1"
-        " && python -m analysis progress --out {output.progress} {params.progress} >> {log} 2>&1"
+        f"{PLOT_COMMAND} > {{log}} 2>&1"
+
+
+# The files of `analyse` and `plot_figures`, which the default target takes from those two rules.
+ruleorder: analyse > figures
+ruleorder: plot_figures > figures
+
+
+# `snakemake figures`: no inputs, so no train job; the finished runs are parameters, so the job reruns
+# when one finished (again) or the config changed since the files were written, else has nothing to do.
+rule figures:
+    output:
+        **ANALYSIS_OUTPUTS,
+        **FIGURE_OUTPUTS,
+    log:
+        analyse=f"{RESULTS}/logs/analyse.log",
+        plot=f"{RESULTS}/logs/plot_figures.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figures.tsv"
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        run_dirs=finished_run_dirs,
+        finished=finished_runs_stamp,
+        expected=" ".join(RUNS),
+        analysis=analysis_arg(),
+        results=lambda wildcards, output: Path(output.parquet).parent,
+        out_dir=lambda wildcards, output: Path(output.png[0]).parent,
+    shell:
+        f"{ANALYSE_COMMAND} > {{log.analyse}} 2>&1 && {PLOT_COMMAND} > {{log.plot}} 2>&1"

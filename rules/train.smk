@@ -1,4 +1,5 @@
-# The base model of each scale, one training job per run (submitted by trainer.launch), and
+# The base model of each scale, one training job per run (submitted by trainer.launch, so a local
+# rule: on a cluster it only submits and waits), and
 # `snakemake status`. A run whose config changed refuses to resume; to start it afresh:
 #   snakemake --config restart=RUN            (or restart=all; a finished run also needs --forcerun)
 
@@ -6,16 +7,18 @@
 rule base_model:
     output:
         f"{RESULTS}/models/{{scale}}/model.json",
-    conda:
-        "../envs/trainer.yaml"
     log:
         f"{RESULTS}/logs/base_model/{{scale}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/base_model/{{scale}}.tsv"
+    conda:
+        "../envs/trainer.yaml"
+    threads: 2
     params:
         spec=base_model_arg,
-        cpu_env=cpu_env,
-    threads: 2
+        env=scale_env,
     shell:
-        "{params.cpu_env} python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
+        "{params.env} python -m trainer base-model --spec {params.spec} --out {output} 2>&1 | tee {log}"
 
 
 rule train:
@@ -27,19 +30,22 @@ rule train:
         eval=f"{RESULTS}/runs/{{run}}/eval.parquet",
         samples=f"{RESULTS}/runs/{{run}}/samples.parquet",
         done=f"{RESULTS}/runs/{{run}}/done.json",
-    conda:
-        "../envs/trainer.yaml"
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/train/{{run}}.tsv"
+    priority: train_priority
+    localrule: True
+    conda:
+        "../envs/trainer.yaml"
+    threads: 1
     params:
         run_config=run_config_arg,
         run_dir=lambda w: run_dir(w.run),
         restart=restart_flag,
-        cpu_env=cpu_env,
-    priority: train_priority
-    threads: 1
+        env=scale_env,
     shell:
-        "{params.cpu_env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
+        "{params.env} python -m trainer launch --run-config {params.run_config} --base-model {input.base_model}"
         " --run-dir {params.run_dir} {params.restart} 2>&1 | tee {log}"
 
 
@@ -53,8 +59,12 @@ rule train_all:
 rule status:
     log:
         f"{RESULTS}/logs/status.log",
+    localrule: True
+    conda:
+        "../envs/trainer.yaml"
+    threads: 1
     params:
         config=status_config_arg,
-    localrule: True
+        results=RESULTS,
     shell:
-        "python -m trainer status --config-json {params.config} --results {RESULTS} 2>&1 | tee {log}"
+        "python -m trainer status --config-json {params.config} --results {params.results} 2>&1 | tee {log}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -77,12 +79,48 @@ def test_figures_reanalyses_only_finished_runs(workdir):
     from benchmarks.synthetic_logs import write_synthetic_run
 
     write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
-    dry = snakemake("figures", "-n", cwd=workdir).stdout
+    dry = snakemake("figures", "-n", "-p", cwd=workdir).stdout
     assert "rule train" not in dry and "rule base_model" not in dry
-    assert "rule analyse" in dry and "voting-math-tiny-shared-s0" in dry
+    assert "rule figures:" in dry and "-- results/runs/voting-math-tiny-shared-s0 >" in dry
     snakemake("figures", "--cores", "1", cwd=workdir)
     for ext in ("png", "pdf"):
         assert (workdir / "results" / "figures" / f"accuracy_curves.{ext}").stat().st_size > 1000
     collect_log = (workdir / "results" / "logs" / "analyse.log").read_text()
     assert "13 runs not finished" in collect_log and "eval_opt-math-tiny-shared-s0" in collect_log
+    assert (workdir / "results" / "logs" / "plot_figures.log").exists()
     assert not (workdir / "results" / "runs" / "voting-code-tiny-shared-s0").exists()
+    assert "Nothing to be done" in snakemake("figures", "-n", cwd=workdir).stdout
+    done = workdir / "results" / "runs" / "voting-math-tiny-shared-s0" / "done.json"
+    os.utime(done, ns=(done.stat().st_atime_ns, done.stat().st_mtime_ns + 10**9))  # the run finished again
+    assert "rule figures:" in snakemake("figures", "-n", cwd=workdir).stdout
+    write_synthetic_run(workdir / "results" / "runs" / "single-math-tiny-shared-s0", "single-math-tiny-shared-s0")
+    again = snakemake("figures", "-n", "-p", cwd=workdir).stdout  # one more finished run: analysed again
+    assert "rule figures:" in again and "results/runs/single-math-tiny-shared-s0" in again
+    default = snakemake("-n", cwd=workdir).stdout  # the default target takes the files from its own rules
+    assert "rule analyse:" in default and "rule plot_figures:" in default and "rule figures:" not in default
+
+
+# `figures` as named through Snakemake's Python entry point, where sys.argv is not Snakemake's command line
+# (the re-analysis mode once sniffed sys.argv for the target and then scheduled every train job here)
+FIGURES_FROM_PYTHON = "import sys; from snakemake.cli import main; main(sys.argv[1:] + ['figures', '-n', '-p'])"
+
+
+@pytest.mark.parametrize("how", ["as typed", "config changed", "slurm profile", "python entry point"])
+def test_figures_never_schedules_training(how, workdir, slurm_profile_installed):
+    """However it is named, `figures` is one local job over the finished runs: no train or base_model job."""
+    from benchmarks.synthetic_logs import write_synthetic_run
+
+    write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
+    if how == "python entry point":
+        proc = subprocess.run([sys.executable, "-c", FIGURES_FROM_PYTHON, "--directory", str(workdir)],
+                              cwd=workdir, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        dry = proc.stdout
+    else:
+        extra = {"as typed": [], "config changed": ["--config", "training={learning_rate: 0.5}"],
+                 "slurm profile": ["--profile", "slurm"]}[how]
+        dry = snakemake("figures", "-n", "-p", *extra, cwd=workdir).stdout
+    assert "rule train" not in dry and "rule base_model" not in dry and "rule analyse" not in dry
+    assert "rule figures:" in dry and "python -m analysis analyse" in dry
+    finished = re.search(r" -- (.*?) > results/logs/analyse.log", dry).group(1).split()
+    assert finished == ([] if how == "slurm profile" else ["results/runs/voting-math-tiny-shared-s0"])

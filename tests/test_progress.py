@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 
 from analysis.progress import progress_curves
-from tests.conftest import ROOT, snakemake
+from tests.conftest import ROOT
 from trainer.sweep.rundir import write_json_atomic
 
 
@@ -44,21 +44,3 @@ def test_cli_renders_the_figure_and_names_running_runs(tmp_path):
         assert out.stat().st_size > 0
         assert ("voting-math-tiny-isolated-s0 running @ step 7" in proc.stderr) is named
 
-
-def test_snakemake_figures_draws_running_runs_only_with_include_running(workdir):
-    """Must-show 2: a run after its first eval is drawn, marked running with its step, by
-    `snakemake figures --config include_running=true`, and not by `snakemake figures`."""
-    from benchmarks.synthetic_logs import planted_run
-
-    runs = workdir / "results" / "runs"
-    planted_run(runs / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0", steps=20, eval_every=10)
-    running = runs / "voting-math-tiny-isolated-s0" / "work"
-    running.mkdir(parents=True)
-    pd.DataFrame({"step": [0, 5], "split": "arithmetic", "accuracy": [0.2, 0.3]}).to_parquet(running / "eval.parquet")
-    write_json_atomic({"step": 6, "phase": "training"}, running / "progress.json")
-    log = workdir / "results" / "logs" / "figures.log"
-    snakemake("figures", "--cores", "1", cwd=workdir)
-    assert "1 runs drawn" in log.read_text() and "running @ step" not in log.read_text()
-    snakemake("figures", "--cores", "1", "--config", "include_running=true", cwd=workdir)  # params changed: redrawn
-    assert "2 runs drawn" in log.read_text() and "voting-math-tiny-isolated-s0 running @ step 6" in log.read_text()
-    assert (workdir / "results" / "figures" / "progress.png").stat().st_size > 5000
