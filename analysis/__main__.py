@@ -2,6 +2,7 @@
 
     python -m analysis analyse --results results --analysis JSON --expected RUN... -- RUN_DIR...
     python -m analysis figures --results results --out-dir results/figures --expected RUN...
+    python -m analysis progress --out results/figures/progress.png [--include-running] -- RUN_DIR...
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 from analysis.analyse import analyse
 from analysis.settings import AnalysisSettings
 from analysis.figures import render_all
+from analysis.progress import progress_curves, render_progress
 from trainer.sweep.rundir import parse_run_id
 
 
@@ -37,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", required=True)
     p.add_argument("--analysis", type=json.loads, default={}, help="config.yaml's `analysis` section as JSON")
     p.add_argument("--expected", nargs="*", default=[])
+    p = sub.add_parser("progress", help="eval curves of finished runs and (--include-running) running ones")
+    p.add_argument("--out", required=True, help="the figure file (png or pdf)")
+    p.add_argument("--include-running", action="store_true", help="draw running runs from their work/ logs")
+    p.add_argument("run_dirs", nargs="*", help="run directories (finished or not)")
     args = parser.parse_args(argv)
 
     if args.command == "analyse":
@@ -45,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         expected = expected_axes(args.expected) if args.expected else None
         render_all(args.results, args.out_dir, expected,
                    capture_share=AnalysisSettings.from_dict(args.analysis).capture_share)
+    elif args.command == "progress":
+        curves = progress_curves(args.run_dirs, args.include_running)
+        render_progress(curves, args.out)
+        running = curves[curves["state"] == "running"].drop_duplicates("run")
+        print(f"{curves['run'].nunique()} runs drawn into {args.out}"
+              + "".join(f"; {r.run} running @ step {r.at_step}" for r in running.itertuples()), file=sys.stderr)
     return 0
 
 

@@ -21,6 +21,8 @@ from analysis.names import AXES
 from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline, aggregate_seeds
 from analysis.per_run import summarize_runs, write_tables
+from analysis.warnings_judged import judge_run_dirs, onsets_table
+from trainer.sweep import rundir
 
 SKIPPED_COLUMNS = ["run", "status", "reason"]
 
@@ -74,6 +76,11 @@ def analyse(run_dirs: list[str | Path], expected: list[str], analysis: AnalysisS
                                                  "failure_signatures")}
     for name, df in questions.items():
         tables.write_table(df, results / "tables" / name)
+    judged = [Path(d) for d in run_dirs if Path(d).name in set(summary["run"])]  # the early warnings vs the cliffs
+    primary = summary[summary["primary"].astype(bool)] if len(summary) else summary
+    tables.write_table(judge_run_dirs(judged, primary, list(rundir.EARLY_WARNING_DETECTORS)),
+                       results / "tables" / "early_warnings")
+    onsets_table(judged, primary).to_parquet(results / "analysis" / "warnings.parquet", index=False)
     timings["tables"] = time.perf_counter() - t
 
     n = summary["run"].nunique() if len(summary) else 0

@@ -57,6 +57,7 @@ class Data:
     gradients: pd.DataFrame
     amplification: pd.DataFrame
     capture_share: float = CAPTURE_SHARE
+    warnings: pd.DataFrame | None = None  # first onset per run and detector (analysis/warnings_judged.py)
 
 
 def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
@@ -79,7 +80,8 @@ def load(results: str | Path) -> Data:
     if "primary" in curves:
         curves = curves[curves["primary"].astype(bool)]
     return Data(summary, curves, pd.read_parquet(results / "analysis" / "gradients.parquet"),
-                pd.read_parquet(results / "analysis" / "amplification.parquet"))
+                pd.read_parquet(results / "analysis" / "amplification.parquet"),
+                warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"))
 
 
 def wf_name(w: str) -> str:

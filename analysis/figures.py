@@ -33,6 +33,7 @@ from analysis.figure_data import (  # noqa: E402
     wf_name,
 )
 from analysis.gradient_figures import isolated_gradients, shared_capture  # noqa: E402
+from analysis.warning_figures import early_warnings  # noqa: E402
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
 from analysis.names import FIGURE_FORMATS  # noqa: E402
 
@@ -251,6 +252,7 @@ FIGURE_FUNCTIONS: dict[str, Callable[[Data, Grid], plt.Figure]] = {
     "cliffs": cliffs,
     "isolated_gradients": isolated_gradients,
     "shared_capture": shared_capture,
+    "early_warnings": early_warnings,
 }
 
 

@@ -13,6 +13,7 @@ FIGURES = {
     "cliffs": "Cliffs",
     "isolated_gradients": "Gradient dynamics",
     "shared_capture": "Gradient dynamics",
+    "early_warnings": "Cliffs",
 }
 FIGURE_FORMATS = ("png", "pdf")
 
@@ -24,11 +25,12 @@ TABLES = {
     "variance_decomposition": "Questions",
     "failure_signatures": "Failure signatures",
     "skipped_runs": "Runs",         # runs of the matrix not analysed: missing, or left out with why
+    "early_warnings": "Cliffs",     # per early-warning detector: fired before the cliff, lead time, false alarms
 }
 TABLE_FORMATS = ("csv", "md", "tex", "html")
 
 # written by `summarize` (one job over every finished run) into results/analysis/
-INTERMEDIATE = ("runs", "problems", "curves", "gradients", "amplification", "signatures")
+INTERMEDIATE = ("runs", "problems", "curves", "gradients", "amplification", "signatures", "warnings")
 
 # How the paper's workflows and roles are shown (order, display name). Presentation only: what a workflow
 # is (its roles, its parallel role) the analysis reads from each run's config.json, and a workflow or role

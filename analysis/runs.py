@@ -71,7 +71,7 @@ def load_run(run_dir: str | Path) -> RunLogs:
     problems = []
     if done.get("config_hash") != cfg.get("config_hash"):
         problems.append(f"done.json hash {done.get('config_hash')} != config.json hash {cfg.get('config_hash')}")
-    if done.get("steps_done") != done.get("steps_expected"):
+    if done.get("steps_done") != done.get("steps_expected") and not done.get("stopped_early"):  # early warning
         problems.append(f"done.json says {done.get('steps_done')} of {done.get('steps_expected')} steps")
     last = int(train["step"].max()) if len(train) else 0
     if last != done.get("steps_done"):

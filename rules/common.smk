@@ -80,7 +80,9 @@ def prefetch_inputs(wildcards):
 
 def hub_dataset_id(wildcards):
     """The dataset id of a prefetch_dataset job (its file name spells `/` as `--`)."""
-    ids = {s["path"] for r in RUNS for s in hf_dataset_specs(resolve_run_config(config, parse_run_id(r))["task_params"])}
+    ids = {
+        s["path"] for r in RUNS for s in hf_dataset_specs(resolve_run_config(config, parse_run_id(r))["task_params"])
+    }
     found = [i for i in ids if dataset_key(i) == wildcards.dataset]
     if not found:
         raise ValueError(f"prefetch_dataset: no hub dataset of the matrix is spelled {wildcards.dataset!r}")
@@ -145,6 +147,25 @@ def analysis_inputs(runs):
     """The logs the analysis reads of each run (samples.parquet is optional, so not an input)."""
     names = ["config.json", "train.parquet", "eval.parquet", "done.json"]
     return [run_file(r, n) for r in runs for n in names]
+
+
+def progress_args():
+    """`python -m analysis progress`'s arguments: every run directory of the matrix, with --include-running
+    under `--config include_running=true` (curves of running runs, from their work/ logs)."""
+    flag = "--include-running " if config.get("include_running") else ""
+    run_dirs = " ".join(run_dir(r) for r in RUNS)
+    return f"{flag}-- {run_dirs}"
+
+
+def running_steps():
+    """Where the running runs stand (work/progress.json), under include_running: a parameter, so a later
+    `snakemake figures --config include_running=true` redraws once a running run has moved on."""
+    if not config.get("include_running"):
+        return ""
+    steps = [
+        (r, Path(run_dir(r), "work", "progress.json")) for r in RUNS if not Path(run_file(r, "done.json")).exists()
+    ]
+    return " ".join(f"{r}@{json.loads(p.read_text())['step']}" for r, p in steps if p.exists())
 
 
 def analysis_arg():

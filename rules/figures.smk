@@ -45,6 +45,7 @@ rule figures:
     output:
         **ANALYSIS_OUTPUTS,
         **FIGURE_OUTPUTS,
+        progress=f"{RESULTS}/figures/progress.png",
     log:
         analyse=f"{RESULTS}/logs/analyse.log",
         plot=f"{RESULTS}/logs/plot_figures.log",
@@ -61,5 +62,8 @@ rule figures:
         analysis=analysis_arg(),
         results=lambda wildcards, output: Path(output.parquet).parent,
         out_dir=lambda wildcards, output: Path(output.png[0]).parent,
+        progress=progress_args(),
+        running=running_steps(),
     shell:
         f"{ANALYSE_COMMAND} > {{log.analyse}} 2>&1 && {PLOT_COMMAND} > {{log.plot}} 2>&1"
+        " && python -m analysis progress --out {output.progress} {params.progress} >> {log.plot} 2>&1"

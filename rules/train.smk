@@ -30,11 +30,11 @@ rule prefetch_model:
         f"{RESULTS}/prefetch/models/{{scale}}.json",
     log:
         f"{RESULTS}/logs/prefetch/models/{{scale}}.log",
-    params:
-        model=lambda w: shlex.quote(config["scales"][w.scale]["model"]),
     localrule: True
     conda:
         "../envs/trainer.yaml"
+    params:
+        model=lambda w: shlex.quote(config["scales"][w.scale]["model"]),
     shell:
         "python -m trainer prefetch --model {params.model} --out {output} 2>&1 | tee {log}"
 
@@ -44,11 +44,11 @@ rule prefetch_dataset:
         f"{RESULTS}/prefetch/datasets/{{dataset}}.json",
     log:
         f"{RESULTS}/logs/prefetch/datasets/{{dataset}}.log",
-    params:
-        dataset=hub_dataset_id,
     localrule: True
     conda:
         "../envs/trainer.yaml"
+    params:
+        dataset=hub_dataset_id,
     shell:
         "python -m trainer prefetch --dataset {params.dataset} --out {output} 2>&1 | tee {log}"
 
@@ -73,11 +73,11 @@ rule train:
         "../envs/trainer.yaml"
     threads: 1
     params:
+        **HASHED_PARAMS,
         run_config=run_config_arg,
         run_dir=lambda w: run_dir(w.run),
         restart=restart_flag,
         env=scale_env,
-        **HASHED_PARAMS,
     shell:
         "{params.env} env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m trainer launch"
         " --run-config {params.run_config} --base-model {input.base_model} --prefetched {input.prefetch}"

@@ -134,3 +134,14 @@ def test_restart_of_an_unknown_run_is_refused_naming_it():
     proc = snakemake("-n", "--config", "restart=voting-math-tiny-shared-s9", check=False)
     assert proc.returncode != 0
     assert "restart: 'voting-math-tiny-shared-s9' is not a run of matrix 'demo'" in proc.stdout + proc.stderr
+
+
+def test_a_running_run_shows_its_last_eval_and_peak_so_far(tmp_path, monkeypatch):
+    import pandas as pd
+
+    results = tmp_path / "results"
+    run_dir = make_run(results, "voting-code-tiny-shared-s0", job={"backend": "slurm", "job_id": "102"}, progress=12)
+    pd.DataFrame({"step": [0, 5, 10, 0, 5, 10], "split": ["functions"] * 3 + ["other"] * 3,
+                  "accuracy": [0.30, 0.55, 0.42, 0.9, 0.9, 0.9]}).to_parquet(run_dir / "work" / "eval.parquet")
+    got = status_module.run_status("voting-code-tiny-shared-s0", run_dir, {"102": "RUNNING"})
+    assert (got.state, got.detail) == ("running", "step 12/30, eval 0.420@10, peak 0.550@5 (job 102)")

@@ -79,6 +79,30 @@ class LoraSettings:
 
 
 @dataclass(frozen=True)
+class EarlyWarningSettings:
+    """Thresholds of the early-warning detectors (trainer/rl/early_warning.py)."""
+
+    window: int = setting(3, "Steps in a signal's trailing mean and in the gradient norm's running baseline.")
+    baseline_steps: int = setting(3, "First steps whose mean entropy is a role's entropy baseline.")
+    entropy_ratio: float = setting(0.3, "Entropy collapse: trailing entropy at or below this fraction of the baseline.")
+    zero_var_group_share: float = setting(0.9, "Advantage collapse: this share of GRPO groups with zero reward variance.")
+    grad_spike_ratio: float = setting(5.0, "Gradient-norm spike: a role's norm this many times its running median.")
+    capture_share: float = setting(0.6, "Capture: a role's share of a shared policy's squared gradient.")
+    amplification_index: float = setting(2.0, "Amplification: sum_k ||g_k|| / ||sum_k g_k|| of parallel agents.")
+    train_inference_mismatch: float = setting(0.5, "Mean |log p_engine - log p_trainer| (logp_mismatch, vllm).")
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """The optional experiment tracker mirroring the parquet logs (trainer/rl/tracking.py); not hashed."""
+
+    backend: str = setting("none", "none, mlflow (local file store) or tensorboard.")
+    project: str = setting("marl-sweep", "MLflow experiment / TensorBoard subdirectory.")
+    tags: list[str] = setting([], "MLflow run tags.")
+    dir: str | None = setting(None, "Directory of the local stores (None: results/tracking).")
+
+
+@dataclass(frozen=True)
 class VllmSettings:
     """The vllm rollout backend's engine (trainer/rl/vllm_engine.py); ignored by hf."""
 
@@ -126,6 +150,8 @@ class TrainingSettings:
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward (real scales).")
     generation_backend: str = setting("hf", "Rollout backend: hf (Hugging Face generate) or vllm.")
     vllm: VllmSettings = setting(VllmSettings(), "The vllm backend's engine settings.")
+    on_warning: str = setting("log", "What an early warning does: log, or stop (checkpoint, end done-early).")
+    early_warning: EarlyWarningSettings = setting(EarlyWarningSettings(), "The early-warning detectors' thresholds.")
     generation_memory_gb: float | None = setting(None, "KV-cache budget (GiB) of one HF generate chunk (None: half "
                                                        "the GPU's free memory, 2 GiB on CPU).")
     eval_every: int = setting(10, "Steps between evals (and one at step 0 and at the last).")
@@ -313,6 +339,7 @@ class RunSettings:
     training: TrainingSettings = setting(TrainingSettings(), "GRPO hyperparameters.")
     resources: ResourceSettings = setting(ResourceSettings(), "What the job asks of the cluster.")
     launcher: LauncherSettings = setting(LauncherSettings(), "How the job runs.")
+    tracking: TrackingSettings = setting(TrackingSettings(), "The optional experiment tracker (unhashed).")
     base_model: dict[str, Any] | None = setting(None, "model.json of the base model build (path, facts).")
     config_hash: str | None = setting(None, "Content hash of the hashed view (trainer.sweep.config.config_hash).")
     roles: list[str] = setting([], "The workflow's roles, as launch records them for the analysis (unhashed).")

@@ -22,7 +22,8 @@ from trainer.rl.stopping import pause_for_tests
 from trainer.sweep import rundir
 from trainer.sweep.config import resume_conflict
 
-LOGS = {"train": rundir.TRAIN_PARQUET, "eval": rundir.EVAL_PARQUET, "samples": rundir.SAMPLES_PARQUET}
+LOGS = {"train": rundir.TRAIN_PARQUET, "eval": rundir.EVAL_PARQUET, "samples": rundir.SAMPLES_PARQUET,
+        "warnings": rundir.WARNINGS_PARQUET}
 
 
 class ResumeError(RuntimeError):
@@ -99,6 +100,7 @@ def load_checkpoint(work: Path, cfg: dict[str, Any], policies: PolicySet, sample
         raise ResumeError(f"run {cfg['run']}: {latest / rundir.STATE_PT}: sampler position {state['sampler']} does "
                           f"not match training.prompts_per_step and the train data ({sampler(step)}); restart the run")
     logs = {name: [r for r in pd.read_parquet(latest / file).to_dict("records") if r["step"] <= step]
-            for name, file in LOGS.items()}
+            for name, file in LOGS.items() if (latest / file).exists()}  # warnings: absent in older checkpoints
+    logs.setdefault("warnings", [])
     log(f"resumed from {latest.name}")
     return step, logs

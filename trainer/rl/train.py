@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from trainer.rl import early_warning, tracking
 from trainer.rl.distributed import Ranks, device_of, rank_seed
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint
 from trainer.rl.grpo import assign_rewards_and_advantages
@@ -103,6 +104,11 @@ class Trainer:
         self.train_rows: list[dict[str, Any]] = []
         self.eval_rows: list[dict[str, Any]] = []
         self.sample_rows: list[dict[str, Any]] = []
+        self.warning_rows: list[dict[str, Any]] = []  # early warnings (early_warning.py): warnings.parquet
+        self.warning_thresholds = early_warning.thresholds_of(self.cfg["training"])
+        # the optional tracker mirrors the rows after each checkpoint and at publish (rank 0's alone)
+        self.tracker = tracking.Tracker(self.cfg if self.ranks.is_main else {**self.cfg, "tracking": {}},
+                                        self.run_dir, self.log)
 
     def _load_problems(self) -> None:
         """The train problems and each eval split's (at most eval_problems), from the task's sources."""
@@ -168,9 +174,10 @@ class Trainer:
 
     def train_step(self, step: int) -> None:
         t0 = time.time()
-        episodes, _ = self.rollout(step)
+        episodes, group_of = self.rollout(step)
         t_update = time.time()
         turns = [t for ep in episodes for t in ep.turns]
+        zero_var = early_warning.zero_variance_shares(episodes, group_of)  # early warning: advantage collapse
         # training-inference mismatch per role, before the update (vllm only: HF logps are the trainer's)
         mismatch = logp_mismatch(self.policies, turns, self.t.temperature) \
             if self.t.generation_backend == "vllm" else {}
@@ -196,6 +203,7 @@ class Trainer:
                     "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
                     "logp_mismatch": mismatch.get(role, float("nan")),
+                    "zero_var_group_share": zero_var.get(role, float("nan")),
                 })
         self.generate.after_update(step)  # sync the updated weights into the vllm engine, verified
         self.timings["update_s"] = max(self.timings["update_s"], time.time() - t_update)
@@ -246,6 +254,7 @@ class Trainer:
         try:
             if self.t.is_eval_step(start) and not any(r["step"] == start for r in self.eval_rows):
                 self.evaluate(start)  # step 0, or a step whose eval a signal cut short
+                self.write_partial_logs()
                 self.log(f"step {start}/{max_steps} eval " + self._eval_summary())
             for step in range(start + 1, max_steps + 1):
                 tokens_before, chunks_before, t0 = self.generate.generated_tokens, self.generate.chunks, time.time()
@@ -253,13 +262,19 @@ class Trainer:
                 completed = step
                 pause_for_tests("step")
                 self.check_skipped(step)
+                warned = self.check_warnings(step)  # early warning: rows, log lines; `stop` ends the run early
+                early = bool(warned) and self.t.on_warning == "stop" and step < max_steps
                 if self.t.is_eval_step(step):
                     self.evaluate(step)
+                    self.write_partial_logs()
                 # DDP: submitit signals rank 0 alone; every rank stops at the same step
                 stopping = self.ranks.any_true(stop is not None and stop.is_set()) and step < max_steps
-                if step % self.t.save_every == 0 or step == max_steps or stopping:
+                if step % self.t.save_every == 0 or step == max_steps or stopping or early:
                     self.checkpoint(step)
                 self.write_progress(step, "training")
+                if early:
+                    self.log(f"step {step}/{max_steps}: training.on_warning is stop; checkpoint saved, ending early")
+                    return self.publish(step, time.time() - t_start, stopped_early=warned[0])
                 if stopping:
                     self.log(f"step {step}/{max_steps}: the job was signalled; checkpoint saved, stopping")
                     return None
@@ -298,6 +313,20 @@ class Trainer:
             raise TrainingError(f"run {self.settings.run}: {len(skipped)} steps skipped for a non-finite loss or "
                                 f"gradient (training.max_skipped = {limit}), at steps {skipped}")
 
+    def check_warnings(self, step: int) -> list[dict[str, Any]]:
+        """The early warnings whose onset is this step: kept for warnings.parquet and logged."""
+        found = early_warning.warnings_at(self.train_rows, step, self.warning_thresholds)
+        self.warning_rows += found
+        for w in found:
+            self.log(f"step {step}: WARNING {w['detector']} on {w['role']}: {w['value']:.3g} "
+                     f"(threshold {w['threshold']:.3g})")
+        return found
+
+    def write_partial_logs(self) -> None:
+        """The logs so far under work/ (rank 0), after each eval: the curves of a running run."""
+        if self.ranks.is_main:
+            self.write_logs(self.work)
+
     def _eval_summary(self) -> str:
         last = self.eval_rows[-len(self.eval_splits):]
         return " ".join(f"{r['split']}={r['accuracy']:.3f}@{r['step']}" for r in last)
@@ -310,6 +339,7 @@ class Trainer:
         save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step), self.write_logs,
                         self.t.keep_last)
         self.timings["checkpoint_s"] = max(self.timings["checkpoint_s"], time.time() - t_ckpt)
+        self.tracker.flush(step, self.train_rows, self.eval_rows, self.warning_rows)  # after the checkpoint
 
     def sampler_state(self, step: int) -> dict[str, int]:
         """Where the data sampler stands after `step` (checkpoint.sampler_state)."""
@@ -334,6 +364,7 @@ class Trainer:
                                      clean_up=self.ranks.is_main)  # DDP: rank 0 removes a partial one
         if step:
             self.train_rows, self.eval_rows, self.sample_rows = logs["train"], logs["eval"], logs["samples"]
+            self.warning_rows = logs["warnings"]
         return step
 
     def write_logs(self, directory: Path) -> None:
@@ -341,17 +372,25 @@ class Trainer:
         rundir.write_parquet_atomic(rundir.to_table(self.eval_rows, rundir.EVAL_SCHEMA), directory / rundir.EVAL_PARQUET)
         rundir.write_parquet_atomic(rundir.to_table(self.sample_rows, rundir.SAMPLES_SCHEMA),
                                     directory / rundir.SAMPLES_PARQUET)
+        rundir.write_parquet_atomic(rundir.to_table(self.warning_rows, rundir.WARNINGS_SCHEMA),
+                                    directory / rundir.WARNINGS_PARQUET)
 
-    def publish(self, steps_done: int, wall_time_s: float) -> dict[str, Any]:
-        """The run's logs into its directory, each atomically, and done.json last (DDP: rank 0)."""
+    def publish(self, steps_done: int, wall_time_s: float, stopped_early: dict[str, Any] | None = None) -> dict:
+        """The run's logs into its directory, each atomically, and done.json last (DDP: rank 0); a run
+        ended by an early warning (training.on_warning: stop) names it in done.json's `stopped_early`."""
         done = {"run": self.settings.run, "steps_done": steps_done, "steps_expected": self.t.max_steps,
                 "config_hash": self.settings.config_hash, "wall_time_s": wall_time_s,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        if stopped_early:
+            done["stopped_early"] = {k: stopped_early[k] for k in ("step", "role", "detector", "value", "threshold")}
+            done["stopped_early"].update(step=int(stopped_early["step"]), value=float(stopped_early["value"]),
+                                         threshold=float(stopped_early["threshold"]))
         if not self.ranks.is_main:
             return done
         self.write_logs(self.run_dir)
         pause_for_tests("publish")
         rundir.write_json_atomic(done, self.run_dir / rundir.DONE_JSON)
+        self.tracker.flush(steps_done, self.train_rows, self.eval_rows, self.warning_rows, finished=True)
         self.write_progress(steps_done, "done")
         self.log(f"done: {self.run_dir}")
         return done

@@ -239,6 +239,7 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
         "training": training,
         "resources": resources,
         "launcher": copy.deepcopy(config["launcher"]),
+        "tracking": copy.deepcopy(config.get("tracking") or {"backend": "none"}),  # not hashed: where logs are mirrored
     }
 
 

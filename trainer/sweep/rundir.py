@@ -24,6 +24,7 @@ TRAIN_PARQUET = "train.parquet"
 EVAL_PARQUET = "eval.parquet"
 SAMPLES_PARQUET = "samples.parquet"
 DONE_JSON = "done.json"
+WARNINGS_PARQUET = "warnings.parquet"  # early-warning events (trainer/rl/early_warning.py)
 WORK_DIR = "work"
 # Under work/ (not read by analysis): the trainer's progress and last failure, for `trainer status`,
 # and the lock a training process holds.
@@ -58,9 +59,10 @@ def incomplete_checkpoints(work: Path) -> list[Path]:
 
 
 def run_is_done(done: dict[str, Any] | None, config: dict[str, Any] | None) -> bool:
-    """Whether done.json says the run finished every step under config.json's config (same hash)."""
+    """Whether done.json says the run finished under config.json's config (same hash): every step, or
+    ended early by an early warning (training.on_warning: stop; done.json's `stopped_early`)."""
     return bool(done and config and done.get("config_hash") == config["config_hash"]
-                and done.get("steps_done") == config["training"]["max_steps"])
+                and (done.get("steps_done") == config["training"]["max_steps"] or done.get("stopped_early")))
 
 
 def _schemas() -> dict[str, "pa.Schema"]:
@@ -90,6 +92,9 @@ def _schemas() -> dict[str, "pa.Schema"]:
         ("logp_mismatch", pa.float64()),  # mean |log p_engine - log p_trainer| over sampled tokens (vllm; else NaN)
         ("time_s", pa.float64()),
     ])
+    # Further float columns of train.parquet (optional, written by the trainer since early warning):
+    # zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
+    # agree, so that their advantages are zero (advantage collapse).
 
     # One row per (step, eval split); workflow diagnostics are further float columns.
     EVAL_SCHEMA = pa.schema([
@@ -116,20 +121,39 @@ def _schemas() -> dict[str, "pa.Schema"]:
         ("final_answer", pa.string()),
         ("correct", pa.bool_()),
     ])
-    return {"TRAIN_SCHEMA": TRAIN_SCHEMA, "EVAL_SCHEMA": EVAL_SCHEMA, "SAMPLES_SCHEMA": SAMPLES_SCHEMA}
+    return {"TRAIN_SCHEMA": TRAIN_SCHEMA, "EVAL_SCHEMA": EVAL_SCHEMA, "SAMPLES_SCHEMA": SAMPLES_SCHEMA,
+            "WARNINGS_SCHEMA": _warnings_schema()}
+
+
+def _warnings_schema() -> "pa.Schema":
+    """One row per early warning: a detector of trainer/rl/early_warning.py crossing its threshold (onset)
+    on a role's signal at a step; `version` is the detectors' definition version (EARLY_WARNING_VERSION)."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("step", pa.int64()),
+        ("role", pa.string()),
+        ("detector", pa.string()),
+        ("value", pa.float64()),
+        ("threshold", pa.float64()),
+        ("version", pa.int64()),
+    ])
 
 
 _SCHEMAS: dict[str, Any] = {}
 
 
 def __getattr__(name: str) -> Any:
-    """TRAIN_SCHEMA, EVAL_SCHEMA and SAMPLES_SCHEMA, built once on first access."""
-    if name in ("TRAIN_SCHEMA", "EVAL_SCHEMA", "SAMPLES_SCHEMA"):
+    """TRAIN_SCHEMA, EVAL_SCHEMA, SAMPLES_SCHEMA and WARNINGS_SCHEMA, built once on first access."""
+    if name in ("TRAIN_SCHEMA", "EVAL_SCHEMA", "SAMPLES_SCHEMA", "WARNINGS_SCHEMA"):
         if not _SCHEMAS:
             _SCHEMAS.update(_schemas())
         return _SCHEMAS[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+# The detectors a warnings.parquet may name (trainer/rl/early_warning.py defines them; the analysis judges them).
+EARLY_WARNING_DETECTORS = ("entropy_collapse", "advantage_collapse", "grad_norm_spike", "capture", "amplification",
+                           "train_inference_mismatch")
 
 TIME_COLUMNS = ("time_s",)  # the only columns that may differ between two runs with the same seed
 

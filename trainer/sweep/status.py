@@ -75,6 +75,22 @@ def progress_text(progress: dict[str, Any] | None, max_steps: int | None) -> tup
     return progress["step"], f"step {progress['step']}/{progress.get('max_steps', max_steps)}"
 
 
+def evals_so_far(work: Path) -> str:
+    """`eval 0.41@20, peak 0.47@10` on the first eval split, from the partial work/eval.parquet the trainer
+    refreshes at each eval; empty before the first eval."""
+    path = work / rundir.EVAL_PARQUET
+    if not path.exists():
+        return ""
+    import pyarrow.parquet as pq
+
+    evals = pq.read_table(path, columns=["step", "split", "accuracy"]).to_pandas()
+    if not len(evals):
+        return ""
+    first = evals[evals["split"] == evals["split"].iloc[0]].sort_values("step", kind="stable")
+    last, peak = first.iloc[-1], first.loc[first["accuracy"].idxmax()]
+    return f", eval {last['accuracy']:.3f}@{int(last['step'])}, peak {peak['accuracy']:.3f}@{int(peak['step'])}"
+
+
 def job_liveness(job: dict[str, Any] | None, squeue: dict[str, str] | None) -> str | None:
     """The state of the run's recorded job if it is live (SLURM state, or RUNNING for a live local pid)."""
     if not job:
@@ -108,6 +124,10 @@ def run_state(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStat
     if rundir.run_is_done(done, config):
         return RunStatus(run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps,
                          max_steps=max_steps)
+    if done and config and done.get("config_hash") == config["config_hash"] and done.get("stopped_early"):
+        w = done["stopped_early"]  # training.on_warning: stop (trainer/rl/early_warning.py)
+        return RunStatus(run, "done-early", f"stopped at step {done['steps_done']}/{max_steps}: {w['detector']} on "
+                                            f"{w['role']}", step=done["steps_done"], max_steps=max_steps)
     job = read_json(work / JOB_JSON)
     progress = read_json(work / rundir.PROGRESS_JSON)
     failure = read_json(work / rundir.FAILURE_JSON)
@@ -123,14 +143,15 @@ def run_state(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStat
         saved = f", resumes at {where}" if progress else ""
         return RunStatus(run, "queued", f"job {job_id} {live.lower()}{saved}", job_id, step, max_steps)
     if live:
-        return RunStatus(run, "running", f"{where} (job {job_id})", job_id, step, max_steps)
+        return RunStatus(run, "running", f"{where}{evals_so_far(work)} (job {job_id})", job_id, step, max_steps)
     if failure:
         return RunStatus(run, "failed", failure["error"][:300], job_id, step, max_steps)
     if job and job.get("backend") == "slurm" and squeue is not None and not (progress and progress["phase"] == "done"):
         ended = squeue.get(job_id, "no longer listed").lower()
         return RunStatus(run, "failed", f"job {job_id} {ended} at {where}: {last_error_line(job_log(job))}",
                          job_id, step, max_steps)
-    return RunStatus(run, "interrupted", f"{where}, no live job; a rerun resumes it", job_id, step, max_steps)
+    return RunStatus(run, "interrupted", f"{where}{evals_so_far(work)}, no live job; a rerun resumes it", job_id, step,
+                     max_steps)
 
 
 def matrix_status(config: dict[str, Any], results: str | Path, matrix: str | None = None) -> list[RunStatus]:
