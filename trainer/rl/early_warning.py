@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainer.settings import EarlyWarningSettings, SettingsError, from_dict
+from trainer.settings import EarlyWarningSettings, SettingsError, TrainingSettings, default_of, from_dict
 from trainer.sweep import rundir
 
 EARLY_WARNING_VERSION = 1
@@ -110,7 +110,7 @@ def thresholds_of(training: dict[str, Any]) -> dict[str, float]:
 
 def on_warning_of(training: dict[str, Any]) -> str:
     """`training.on_warning`: log (default) or stop (checkpoint and end the run as done-early)."""
-    mode = training.get("on_warning", "log")
+    mode = training.get("on_warning", default_of(TrainingSettings, "on_warning"))
     if mode not in ON_WARNING:
         raise ValueError(f"training.on_warning: {mode!r} is not one of {ON_WARNING}")
     return mode

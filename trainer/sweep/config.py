@@ -246,7 +246,8 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
 def world_size_of(resources: dict[str, Any]) -> int:
     """A run's data-parallel process count: one per GPU (`resources.gpus`), else `resources.processes`
     (default 1). The one place that reads resources.processes (launcher and trainer/rl/distributed.py)."""
-    gpus, processes = int(resources.get("gpus") or 0), int(resources.get("processes", 1))
+    res = settings.from_dict(settings.ResourceSettings, resources, "resources")
+    gpus, processes = res.gpus, res.processes
     if processes < 1:
         raise ConfigError(f"resources.processes: {processes}; at least 1")
     if gpus and processes not in (1, gpus):

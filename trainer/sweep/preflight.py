@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-from trainer.settings import VllmSettings, from_dict
+from trainer.settings import ResourceSettings, TrainingSettings, VllmSettings, from_dict
 from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config
 
 # the LoRA ranks vLLM accepts as max_lora_rank (vllm.config.lora.MaxLoRARanks); an adapter of rank r
@@ -49,26 +49,25 @@ def served_lora_rank(training: dict[str, Any]) -> int:
 
 def run_problems(run_config: dict[str, Any]) -> list[str]:
     """What keeps this run's rollout backend from starting, each naming its key (empty: none)."""
-    training = run_config["training"]
-    if training.get("generation_backend", "hf") != "vllm":
+    t = from_dict(TrainingSettings, run_config["training"], "training")
+    if t.generation_backend != "vllm":
         return []
     problems = []
     why = vllm_import_error()
     if why is not None:
         problems.append(f"training.generation_backend: 'vllm' needs the vllm package, but {why} (install the "
                         "`vllm` extra, e.g. bash .ci/setup-vllm on CPU, or set training.generation_backend: hf)")
-    knobs = vllm_settings(training)
-    if training.get("finetune") == "lora":
-        rank, served = training["lora"]["r"], served_lora_rank(training)
-        if rank > served or served not in VLLM_LORA_RANKS:
-            problems.append(f"training.lora.r: rank {rank} is above training.vllm.max_lora_rank ({served}); vLLM "
+    if t.finetune == "lora":
+        served = served_lora_rank(run_config["training"])
+        if t.lora.r > served or served not in VLLM_LORA_RANKS:
+            problems.append(f"training.lora.r: rank {t.lora.r} is above training.vllm.max_lora_rank ({served}); vLLM "
                             f"serves ranks up to {VLLM_LORA_RANKS[-1]}, as max_lora_rank one of {VLLM_LORA_RANKS}")
-    if training.get("finetune") == "full" and (run_config.get("policy") != "shared" or training.get("policy_groups")):
+    if t.finetune == "full" and (run_config["policy"] != "shared" or t.policy_groups):
         problems.append("training.finetune: full with the vllm backend serves one policy (the engine holds one "
                         "set of weights): use finetune lora for several policies, or policy shared")
-    gpus = int(run_config["resources"].get("gpus", 0))
-    if knobs["tensor_parallel_size"] > max(gpus, 1):
-        problems.append(f"training.vllm.tensor_parallel_size: {knobs['tensor_parallel_size']} is above the job's "
+    gpus = from_dict(ResourceSettings, run_config["resources"], "resources").gpus
+    if t.vllm.tensor_parallel_size > max(gpus, 1):
+        problems.append(f"training.vllm.tensor_parallel_size: {t.vllm.tensor_parallel_size} is above the job's "
                         f"GPUs (resources.gpus: {gpus})")
     return problems
 
