@@ -52,7 +52,7 @@ def trainer(tmp_path_factory):
 def assert_engine_equals_hf(trainer) -> None:
     from trainer.rl.rollout import HFGenerator
 
-    hf = HFGenerator(trainer.policies, trainer.tokenizer, max_new_tokens=trainer.t["max_completion_length"],
+    hf = HFGenerator(trainer.policies, trainer.tokenizer, max_new_tokens=trainer.t.max_completion_length,
                      temperature=0.0)
     prompts = [p.question for p in trainer.train_problems[:4]]
     for role in trainer.workflow.roles:  # isolated: one policy per role
@@ -127,6 +127,7 @@ def test_tiny_voting_runs_through_snakemake_and_step0_accuracy_matches_hf(pipeli
     vllm_eval = pd.read_parquet(run / "eval.parquet").query("step == 0").iloc[0]
     config = json.loads((run / "config.json").read_text())
     config["training"]["generation_backend"] = "hf"
+    config["base_model"]["path"] = str(pipeline_dir / config["base_model"]["path"])  # relative to the workflow
     hf = Trainer(config, pipeline_dir / "hf-run")
     hf.evaluate(0)
     hf_acc, n = hf.eval_rows[0]["accuracy"], hf.eval_rows[0]["n"]
