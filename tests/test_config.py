@@ -106,6 +106,23 @@ def test_hash_ignores_where_a_run_runs(config):
     assert changed_keys(a, b) == ["training.beta"]
 
 
+def test_late_added_settings_enter_the_hash_only_when_set(config):
+    """Settings added after runs existed keep those runs' hashes at their defaults, and count once set."""
+    run = RunId("voting", "math", "tiny", "shared", 0)
+    a = resolve_run_config(config, run)
+    without = copy.deepcopy(a)
+    for key in ("early_warning", "generation_memory_gb", "on_warning", "vllm"):
+        del without["training"][key]
+    assert config_hash(a) == config_hash(without)
+    for key, value in [("on_warning", "stop"), ("generation_memory_gb", 1.0)]:
+        b = copy.deepcopy(a)
+        b["training"][key] = value
+        assert changed_keys(a, b) == [f"training.{key}"]
+    b = copy.deepcopy(a)
+    b["training"]["early_warning"]["window"] = 7
+    assert changed_keys(a, b) == ["training.early_warning"]
+
+
 def test_hash_covers_the_base_model_but_not_its_build_time(config):
     rc = resolve_run_config(config, RunId("voting", "math", "tiny", "shared", 0))
     built = {"path": "m", "fingerprint": "abc", "warm_start": {"steps": 400, "final_loss": 0.3}}

@@ -32,6 +32,8 @@ from tests.conftest import ROOT, snakemake
 LOCAL_PACKAGES = ("trainer", "analysis")
 # imported only to say that it is missing: the vLLM rollout backend is refused while it is not built
 OPTIONAL_IMPORTS = {"vllm"}
+# imported only when a config asks for it (tracking.backend: mlflow): pyproject's extra that installs it
+EXTRA_IMPORTS = {"mlflow": "tracking"}
 # seen at run time, but tried by a library that goes on without them (or by the interpreter's start)
 RUNTIME_OPTIONAL = {
     "cloudpickle": "pyarrow tries it at import for pickling support",
@@ -176,15 +178,23 @@ def test_env_file_lists_what_its_rules_import(env_name):
     assert not gaps, f"envs/{env_name} (rules {sorted(rule_envs()[path]['rules'])}) misses {gaps}"
 
 
-def pyproject_distributions() -> set[str]:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+def pyproject_distributions(extra: str | None = None) -> set[str]:
+    """The distributions pyproject.toml's dependencies (or one optional extra of them) name."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["optional-dependencies"][extra] if extra else project["dependencies"]
     return {canonicalize_name(Requirement(d).name) for d in deps}
 
 
 def test_pyproject_lists_what_the_clis_import():
+    """Each import is a dependency, or (one only a config choice reaches) in the extra that choice needs."""
     needed = {d: h for cli in LOCAL_PACKAGES for d, h in distributions_of(static_imports(cli)).items()}
-    gaps = missing(needed, pyproject_distributions())
+    in_extras = {d: h for d, h in needed.items() if h.split("`")[1].split(".")[0] in EXTRA_IMPORTS}
+    gaps = missing({d: h for d, h in needed.items() if d not in in_extras}, pyproject_distributions())
+    for dist, how in in_extras.items():
+        extra = EXTRA_IMPORTS[how.split("`")[1].split(".")[0]]
+        gaps += missing({dist: how}, pyproject_distributions(extra))
     assert not gaps, f"pyproject.toml's dependencies miss {gaps}"
+    assert in_extras, "the walk finds the trackers' imports"
 
 
 def installed_third_party(name: str) -> bool:

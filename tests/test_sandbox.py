@@ -67,6 +67,12 @@ def sandbox_processes() -> list[int]:
     return found
 
 
+# long-lived helpers that are not the sandbox's: the task helpers, and multiprocessing's resource tracker,
+# which lives as long as this process once any earlier test started processes through multiprocessing
+# (tests/test_distributed.py spawns its two ranks that way)
+NOT_LEFTOVERS = ("math_worker", "sandbox_helper", "multiprocessing.resource_tracker")
+
+
 @pytest.fixture(autouse=True)
 def no_leftovers():
     yield
@@ -74,7 +80,7 @@ def no_leftovers():
         assert sandbox_processes() == [], "a sandbox process was left behind"
     children = [c for c in psutil.Process().children(recursive=True)
                 if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-                and not any(helper in a for a in c.cmdline() for helper in ("math_worker", "sandbox_helper"))]
+                and not any(helper in a for a in c.cmdline() for helper in NOT_LEFTOVERS)]
     assert children == [], "a child process was left behind"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -22,6 +23,10 @@ HASHED_KEYS = ("run", "workflow", "task", "scale", "policy", "seed", "model", "w
 
 
 UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ between identical builds
+
+# Training settings added after runs were made. Each default reproduces what runs did before it existed,
+# so at its default a key is left out of the hash: finished runs keep their hash and are not rerun.
+HASHED_WHEN_SET = ("early_warning", "generation_memory_gb", "on_warning", "vllm")
 
 
 DEFAULT_DTYPE = settings.default_of(settings.ModelSettings, "dtype")  # a scale without `dtype`
@@ -261,7 +266,16 @@ def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
     view = {k: run_config.get(k) for k in HASHED_KEYS}
     if isinstance(view["base_model"], dict):
         view["base_model"] = {k: v for k, v in view["base_model"].items() if k not in UNHASHED_BASE_MODEL_KEYS}
+    if isinstance(view["training"], dict):
+        view["training"] = {k: v for k, v in view["training"].items()
+                            if not (k in HASHED_WHEN_SET and v == _training_default(k))}
     return view
+
+
+def _training_default(name: str) -> Any:
+    """A training setting's default as config.json holds it (a nested settings class as a dict)."""
+    default = settings.default_of(settings.TrainingSettings, name)
+    return dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
 
 
 def config_hash(run_config: dict[str, Any]) -> str:

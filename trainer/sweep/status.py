@@ -121,13 +121,14 @@ def run_state(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStat
         return RunStatus(run, "not started")
     max_steps = config["training"]["max_steps"] if config else None
     done = read_json(run_dir / rundir.DONE_JSON)
-    if rundir.run_is_done(done, config):
-        return RunStatus(run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps,
-                         max_steps=max_steps)
+    # before run_is_done, which counts a done-early run as done
     if done and config and done.get("config_hash") == config["config_hash"] and done.get("stopped_early"):
         w = done["stopped_early"]  # training.on_warning: stop (trainer/rl/early_warning.py)
         return RunStatus(run, "done-early", f"stopped at step {done['steps_done']}/{max_steps}: {w['detector']} on "
                                             f"{w['role']}", step=done["steps_done"], max_steps=max_steps)
+    if rundir.run_is_done(done, config):
+        return RunStatus(run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps,
+                         max_steps=max_steps)
     job = read_json(work / JOB_JSON)
     progress = read_json(work / rundir.PROGRESS_JSON)
     failure = read_json(work / rundir.FAILURE_JSON)
