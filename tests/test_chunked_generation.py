@@ -101,3 +101,15 @@ def test_a_budget_below_one_sequence_is_a_named_error(setup):
     gen = HFGenerator(policies, tok, max_new_tokens=MAX_NEW, temperature=0.0, generation_memory_gb=1e-9)
     with pytest.raises(ConfigError, match="training.generation_memory_gb"):
         gen("generator", PROMPTS[:2])
+
+
+def test_rows_keep_input_order_within_a_chunk():
+    """A stage that fits in one chunk is the unchunked call itself (same rows, same order: sampling
+    draws the same tokens as before chunking existed); across chunks, shorter prompts come first."""
+    from trainer.rl.rollout import plan_chunks
+
+    lengths = [9, 3, 7, 3, 5]
+    assert plan_chunks(lengths, 4, 1, 10**6) == [[0, 1, 2, 3, 4]]
+    chunks = plan_chunks(lengths, 4, 1, 2 * 11)  # two rows of width <= 11 per chunk
+    assert chunks == [[1, 3], [2, 4], [0]]
+    assert all(c == sorted(c) for c in chunks)

@@ -69,7 +69,9 @@ def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, b
             chunks[-1].append(i)
         else:
             chunks.append([i])
-    return chunks
+    # rows in input order within a chunk: a stage that fits in one chunk is the unchunked call itself
+    # (the same rows in the same order draw the same samples as before chunking existed)
+    return [sorted(c) for c in chunks]
 
 
 class HFGenerator:
