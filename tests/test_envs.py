@@ -187,14 +187,13 @@ def pyproject_distributions(extra: str | None = None) -> set[str]:
 
 def test_pyproject_lists_what_the_clis_import():
     """Each import is a dependency, or (one only a config choice reaches) in the extra that choice needs."""
-    needed = {d: h for cli in LOCAL_PACKAGES for d, h in distributions_of(static_imports(cli)).items()}
-    in_extras = {d: h for d, h in needed.items() if h.split("`")[1].split(".")[0] in EXTRA_IMPORTS}
-    gaps = missing({d: h for d, h in needed.items() if d not in in_extras}, pyproject_distributions())
-    for dist, how in in_extras.items():
-        extra = EXTRA_IMPORTS[how.split("`")[1].split(".")[0]]
-        gaps += missing({dist: how}, pyproject_distributions(extra))
+    imports = {name: where for cli in LOCAL_PACKAGES for name, where in static_imports(cli).items()}
+    assert set(EXTRA_IMPORTS) <= set(imports), "the walk finds the trackers' imports"
+    base = {name: where for name, where in imports.items() if name not in EXTRA_IMPORTS}
+    gaps = missing(distributions_of(base), pyproject_distributions())
+    for name, extra in EXTRA_IMPORTS.items():
+        gaps += missing(distributions_of({name: imports[name]}), pyproject_distributions(extra))
     assert not gaps, f"pyproject.toml's dependencies miss {gaps}"
-    assert in_extras, "the walk finds the trackers' imports"
 
 
 def installed_third_party(name: str) -> bool:
