@@ -178,8 +178,8 @@ def report_files(path, caption, categories):
 
 
 def get_final_output():
-    """Everything the default target builds: every run, the summary and the figures."""
-    return [run_file(r, "done.json") for r in RUNS] + FIGURES
+    """Everything the default target builds: every run, the summary, the figures and the plan beside the runs."""
+    return [run_file(r, "done.json") for r in RUNS] + FIGURES + [f"{RESULTS}/tables/plan_vs_actual.csv"]
 
 
 from analysis import names as analysis_names

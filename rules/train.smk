@@ -103,3 +103,45 @@ rule status:
         results=RESULTS,
     shell:
         "python -m trainer status --config-json {params.config} --results {params.results} 2>&1 | tee {log}"
+
+
+# `snakemake plan` (with the same --profile and --config as the sweep): the cost plan of the matrix,
+# results/plan.csv: model calls, tokens and seconds per step, GPU-hours, runs that would not fit their time
+# limit; from benchmarks/measured/ (or stated estimates). Schedules nothing else.
+rule plan:
+    log:
+        f"{RESULTS}/logs/plan.log",
+    localrule: True
+    conda:
+        "../envs/trainer.yaml"
+    threads: 1
+    params:
+        config=status_config_arg,
+        results=RESULTS,
+    shell:
+        "python -m trainer plan --config-json {params.config} --results {params.results} 2>&1 | tee {log}"
+
+
+# The plan beside what the finished runs took (predicted over actual per run), for the HTML report.
+rule plan_vs_actual:
+    input:
+        [run_file(r, "done.json") for r in RUNS],
+    output:
+        csv=f"{RESULTS}/tables/plan_vs_actual.csv",
+        html=report(
+            f"{RESULTS}/tables/plan_vs_actual.html",
+            caption="report/table_plan_vs_actual.rst",
+            category="Cost plan",
+        ),
+    log:
+        f"{RESULTS}/logs/plan_vs_actual.log",
+    localrule: True
+    conda:
+        "../envs/trainer.yaml"
+    threads: 1
+    params:
+        config=status_config_arg,
+        results=RESULTS,
+    shell:
+        "python -m trainer plan --config-json {params.config} --results {params.results} --out {output.csv}"
+        " --html {output.html} > {log} 2>&1"

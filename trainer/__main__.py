@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", default=None, help="default: rules/config.schema.yaml beside the config")
     p.add_argument("--matrix", default=None)
     _add_status_parser(sub)
+    _add_plan_parser(sub)
     sub.add_parser("score", help="re-score saved completions (see trainer/tasks/cli.py)")
     p = sub.add_parser("install-profile", help="link profiles/NAME where `snakemake --profile NAME` looks")
     p.add_argument("--name", default="slurm")
@@ -106,10 +107,8 @@ def prefetch_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_status_parser(sub: argparse._SubParsersAction) -> None:
-    """`status`'s options: config files and overrides as Snakemake takes them."""
-    p = sub.add_parser("status", help="where every run of the matrix stands (not started, queued, running, failed, "
-                                      "interrupted, done)")
+def _add_config_options(p: argparse.ArgumentParser) -> None:
+    """The config options of `status` and `plan`: config files and overrides as Snakemake takes them."""
     p.add_argument("--config-file", action="append", default=None,
                    help="config files merged in order like Snakemake's --configfile (default: config.yaml)")
     p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
@@ -120,6 +119,28 @@ def _add_status_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--matrix", default=None, help="the matrix to list (default: the config's `matrix`)")
     p.add_argument("--results", default="results", help="the results directory (default: results)")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+
+
+def _add_status_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="where every run of the matrix stands (not started, queued, running, failed, "
+                                      "interrupted, done)")
+    _add_config_options(p)
+
+
+def _add_plan_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="the cost plan of the matrix: step times, GPU-hours, which runs fit their time "
+                                    "limit (results/plan.csv)")
+    _add_config_options(p)
+    p.add_argument("--gpu", default="H100", help="the GPU that GPU runs are planned on (matched in the measured "
+                                                 "files' device names; default H100)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="runs at once for the wall time (default: all on SLURM, else cores / a run's cpus)")
+    p.add_argument("--out", default=None, help="the CSV to write (default: RESULTS/plan.csv)")
+    p.add_argument("--html", default=None, help="also write the plan as HTML here (the report's table)")
+    p.add_argument("--measured", default=None, help="the folder of measured rates (default: benchmarks/measured)")
+    p.add_argument("--measure", action="store_true",
+                   help="first time two steps of one run per workflow and task on this machine and record them "
+                        "in benchmarks/measured/")
 
 
 def base_model_command(args: argparse.Namespace) -> int:
@@ -177,12 +198,11 @@ def merge_config(base: dict, update: dict) -> dict:
     return out
 
 
-def status_command(args: argparse.Namespace) -> int:
-    """`python -m trainer status`: load and validate the config as Snakemake would, list the runs."""
+def load_cli_config(args: argparse.Namespace) -> dict:
+    """The config of `status` and `plan`: loaded, merged and validated as Snakemake would (ConfigError)."""
     import yaml
 
     from trainer.sweep.config import ConfigError, load_yaml, validate_config
-    from trainer.sweep.status import as_json, format_table, matrix_status
 
     files = args.config_file or ["config.yaml"]
     schema_path = args.schema or Path(files[0]).resolve().parent / "rules" / "config.schema.yaml"
@@ -195,18 +215,54 @@ def status_command(args: argparse.Namespace) -> int:
     for item in args.config:
         key, sep, value = item.partition("=")
         if not sep:
-            print(f"error: --config {item!r}: expected KEY=VALUE", file=sys.stderr)
-            return 2
+            raise ConfigError(f"--config {item!r}: expected KEY=VALUE")
         config = merge_config(config, {key: yaml.safe_load(value)})
+    validate_config(config, load_yaml(schema_path))
+    if args.matrix is not None and args.matrix not in config["matrices"]:
+        raise ConfigError(f"--matrix: {args.matrix!r} is not one of matrices: {sorted(config['matrices'])}")
+    return config
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """`python -m trainer status`: load and validate the config as Snakemake would, list the runs."""
+    from trainer.sweep.config import ConfigError
+    from trainer.sweep.status import as_json, format_table, matrix_status, stale_lock_message
+
     try:
-        validate_config(config, load_yaml(schema_path))
-        if args.matrix is not None and args.matrix not in config["matrices"]:
-            raise ConfigError(f"--matrix: {args.matrix!r} is not one of matrices: {sorted(config['matrices'])}")
+        config = load_cli_config(args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = matrix_status(config, args.results, args.matrix)
     print(as_json(rows) if args.json else format_table(rows))
+    lock = stale_lock_message(Path.cwd())
+    if lock:
+        print(lock, file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """`python -m trainer plan`: the matrix's cost plan, from measured step rates (or stated estimates)."""
+    from trainer.sweep.config import ConfigError
+    from trainer.sweep.measured import MEASURED_DIR, load_rates
+    from trainer.sweep.plan import as_json, default_parallel, plan_rows, summary, write_html, write_plan
+
+    measured = Path(args.measured) if args.measured else MEASURED_DIR
+    try:
+        config = load_cli_config(args)
+        if args.measure:
+            from trainer.sweep.measure_steps import measure
+
+            measure(config, args.matrix, args.results, directory=measured)
+        df = plan_rows(config, args.results, args.matrix, gpu=args.gpu, rates=load_rates(measured))
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = summary(df, args.parallel or default_parallel(df, config["launcher"]["backend"]))
+    out = write_plan(df, args.out or Path(args.results) / "plan.csv")
+    if args.html:
+        write_html(df, text, args.html)
+    print(as_json(df) if args.json else f"{text}\nwritten: {out}")
     return 0
 
 
@@ -217,6 +273,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "train": train_command,
     "install-profile": install_profile_command,
     "status": status_command,
+    "plan": plan_command,
     "runs": runs_command,
 }
 

@@ -1,11 +1,43 @@
-"""What a run costs before it runs: its most model calls, the train rule's priority."""
+"""What a run costs before it runs: its most model calls (the train rule's priority), and the cost plan.
+
+The plan (`python -m trainer plan`, `snakemake plan`) predicts each run's seconds from measured rates
+(trainer/sweep/measured.py): per training step, model calls x tokens per call generated at the
+measured generation rate and trained on at the measured update rate, divided over the run's
+data-parallel processes; per eval, its episodes' tokens at the eval rate; plus start-up and checkpoints.
+Calls and tokens per call are those `plan --measure` saw in two steps of the same workflow and task;
+without them, every call is taken to make the workflow's most turns and to generate max_completion_length
+tokens (an upper bound). Without any measurement for the device and model the rates are an estimate:
+the model's parameters N, 2N FLOPs per generated token and 8N per trained token (forward, backward and
+one more forward for the reference log-probs) against the device's peak at the utilisations below.
+A run fits when its seconds, plus one lost step and restart per requeue, fit in
+time_min x (1 + max_num_timeout).
+"""
 
 from __future__ import annotations
 
+import heapq
+import math
 from typing import Any
 
 from trainer.settings import is_eval_step
+from trainer.sweep.config import world_size_of
 from trainer.workflows import workflow_class
+
+# dense bf16 peak FLOP/s of the devices the plan can estimate for (the vendors' datasheets); `cpu`: two
+# AVX-512 cores at ~2.5 GHz doing 32 fp32 FLOPs a cycle
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A6000": 155e12, "cpu": 1.6e11}
+GENERATE_UTILISATION = 0.05  # decoding is bound by memory bandwidth, not arithmetic
+UPDATE_UTILISATION = 0.30
+ASSUMED_STARTUP_S = 120.0    # model load and engine start of a job, where none was measured
+# the published config.json shapes of the study's models (the plan needs their size without the hub)
+STUDY_MODELS = {
+    "Qwen/Qwen3-0.6B": {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
+                        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128},
+    "Qwen/Qwen3-1.7B": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
+                        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128},
+    "Qwen/Qwen3-4B": {"vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+                      "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128},
+}
 
 
 def run_turns(run_config: dict[str, Any]) -> int:
@@ -16,8 +48,104 @@ def run_turns(run_config: dict[str, Any]) -> int:
     """
     t = run_config["training"]
     train = t["max_steps"] * t["prompts_per_step"] * t["num_generations"]
-    evals = sum(is_eval_step(step, t["eval_every"], t["max_steps"]) for step in range(t["max_steps"] + 1))
-    per_eval = sum(min(spec.get("size", t["eval_problems"]), t["eval_problems"])  # real eval sets: no `size`
-                   for spec in run_config["task_params"]["eval"])
     cls = workflow_class(run_config["workflow"], run_config["workflow_params"])
-    return cls.max_turns(run_config["workflow_params"]) * (train + evals * per_eval)
+    return cls.max_turns(run_config["workflow_params"]) * (train + eval_count(t) * eval_episodes(run_config))
+
+
+def eval_count(t: dict[str, Any]) -> int:
+    """How many evals a run makes (step 0 and every eval_every steps, and the last)."""
+    return sum(is_eval_step(step, t["eval_every"], t["max_steps"]) for step in range(t["max_steps"] + 1))
+
+
+def eval_episodes(run_config: dict[str, Any]) -> int:
+    """Episodes per eval: each split's problems, at most eval_problems (real eval sets have no `size`)."""
+    n = run_config["training"]["eval_problems"]
+    return sum(min(spec.get("size", n), n) for spec in run_config["task_params"]["eval"])
+
+
+def parameter_count(shape: dict[str, Any]) -> int:
+    """Parameters of a Qwen3-style decoder of this shape (tied embeddings; norms left out)."""
+    h, heads = shape["hidden_size"], shape["num_attention_heads"]
+    head_dim = shape.get("head_dim") or h // heads
+    attention = 2 * h * heads * head_dim + 2 * h * shape["num_key_value_heads"] * head_dim
+    return shape["vocab_size"] * h + shape["num_hidden_layers"] * (attention + 3 * h * shape["intermediate_size"])
+
+
+def model_parameters(scale: dict[str, Any]) -> int | None:
+    """A scale's parameter count: the tiny model's from its spec, the study's models' from their published
+    shapes, any other's from its config.json in the local Hugging Face cache; None when unknown."""
+    if scale["model"] == "tiny":
+        tiny = scale["tiny"]
+        return parameter_count({**tiny, "num_key_value_heads": tiny.get("num_key_value_heads",
+                                                                      tiny["num_attention_heads"])})
+    if scale["model"] in STUDY_MODELS:
+        return parameter_count(STUDY_MODELS[scale["model"]])
+    try:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(scale["model"], local_files_only=True).to_dict()
+        return parameter_count(cfg)
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def estimated_rate(params: int, device: str) -> dict[str, Any] | None:
+    """Generation and update tokens/s from the parameter count against the device's peak (an estimate)."""
+    peak = next((v for k, v in PEAK_FLOPS.items() if k.lower() in device.lower()), None)
+    if peak is None:
+        return None
+    return {"generate_tokens_per_s": peak * GENERATE_UTILISATION / (2 * params),
+            "update_tokens_per_s": peak * UPDATE_UTILISATION / (8 * params)}
+
+
+def predict_run(run_config: dict[str, Any], rate: dict[str, Any]) -> dict[str, float]:
+    """Calls, tokens and seconds of a run at `rate` (a measured entry or an estimate), and whether it fits."""
+    t, res, launcher = run_config["training"], run_config["resources"], run_config["launcher"]
+    cls = workflow_class(run_config["workflow"], run_config["workflow_params"])
+    world = world_size_of(res)
+    calls_per_episode = rate.get("calls_per_episode") or cls.max_turns(run_config["workflow_params"])
+    tokens_per_call = rate.get("tokens_per_call") or t["max_completion_length"]
+    calls = t["prompts_per_step"] * t["num_generations"] * calls_per_episode
+    tokens = calls * tokens_per_call
+    step_s = (tokens / rate["generate_tokens_per_s"] + tokens / rate["update_tokens_per_s"]) / world
+    eval_tokens = eval_episodes(run_config) * (rate.get("eval_tokens_per_episode") or calls_per_episode * tokens_per_call)
+    eval_s = eval_count(t) * eval_tokens / (rate.get("eval_tokens_per_s") or rate["generate_tokens_per_s"]) / world
+    startup_s = rate.get("startup_s") or ASSUMED_STARTUP_S
+    checkpoints_s = (t["max_steps"] // t["save_every"] + 1) * (rate.get("checkpoint_s") or 0.0)
+    run_s = startup_s + t["max_steps"] * step_s + eval_s + checkpoints_s
+    limit_s = res["time_min"] * 60 * (1 + launcher["max_num_timeout"])
+    requeues = max(0, math.ceil(run_s / (res["time_min"] * 60)) - 1)  # each loses a step and a restart
+    return {"calls_per_step": calls, "tokens_per_step": tokens, "step_s": step_s, "eval_s": eval_s,
+            "run_s": run_s, "gpu_hours": run_s * res.get("gpus", 0) / 3600, "time_limit_s": limit_s,
+            "fits": run_s + requeues * (startup_s + step_s) <= limit_s and startup_s + step_s < res["time_min"] * 60}
+
+
+def rate_for(run_config: dict[str, Any], scale: dict[str, Any], rates: list[dict[str, Any]],
+             device: str) -> tuple[dict[str, Any] | None, str]:
+    """The rate a run is planned at and where it comes from: measured for its workflow and task, measured
+    for its model, or estimated (stated); (None, why) when there is nothing to plan from."""
+    from trainer.sweep.measured import find_rate
+
+    backend = run_config["training"]["generation_backend"]
+    found = find_rate(rates, device, scale["model"], backend, run_config["workflow"], run_config["task"])
+    if found is not None:
+        what = "its workflow and task" if found.get("workflow") else "its model (lengths at their maxima)"
+        return found, f"measured for {what} on {found['device']} ({found.get('measured_by', '?')})"
+    params = model_parameters(scale)
+    if params is None:
+        return None, (f"no measurement on {device} and the size of {scale['model']} is unknown: run "
+                      f"`snakemake prefetch` (then the plan reads its config.json) or `plan --measure` on the device")
+    estimate = estimated_rate(params, device if run_config["resources"].get("gpus") else "cpu")
+    if estimate is None:
+        return None, (f"no measurement on {device} and no peak FLOP/s known for it (known: {sorted(PEAK_FLOPS)}): "
+                      f"run `python -m trainer plan --measure` there")
+    return estimate, (f"ESTIMATE: {params / 1e9:.2f}B parameters at {GENERATE_UTILISATION:.0%} (generation) and "
+                      f"{UPDATE_UTILISATION:.0%} (update) of {device}'s peak; no measurement on {device}")
+
+
+def wall_time_s(run_seconds: list[float], parallel: int) -> float:
+    """The sweep's wall time with `parallel` runs at once, longest first (the train rule's priority)."""
+    slots = [0.0] * max(1, parallel)
+    for s in sorted(run_seconds, reverse=True):
+        heapq.heappush(slots, heapq.heappop(slots) + s)
+    return max(slots)

@@ -13,6 +13,7 @@ error line of its log), `interrupted` (started, no live job, no error: a rerun r
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from dataclasses import asdict, dataclass
@@ -176,3 +177,53 @@ def format_table(rows: list[RunStatus]) -> str:
 def as_json(rows: list[RunStatus]) -> str:
     """The rows as a JSON list (for scripts and tests)."""
     return json.dumps([asdict(r) for r in rows], indent=1)
+
+
+def snakemake_processes(workdir: Path) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of the Snakemake processes on this host whose working directory is `workdir`."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            if os.path.realpath(proc / "cwd") != os.path.realpath(workdir):
+                continue
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if any(Path(a).name == "snakemake" for a in argv[:2]) or argv[1:3] == ["-m", "snakemake"]:
+            found.append((int(proc.name), argv))
+    return found
+
+
+def ancestors() -> set[int]:
+    """This process and its parents (a `snakemake status` that runs this command is one of them)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
+
+
+def stale_lock_message(workdir: Path) -> str | None:
+    """What to do about a Snakemake lock in `workdir` that no live Snakemake process holds, else None.
+
+    A Snakemake that was killed (login node lost, SIGKILL) leaves .snakemake/locks/ behind and the next
+    run refuses with `LockException`. A Snakemake of this directory that runs here and is not
+    `--nolock` (nor one of this command's parents running with --nolock) holds the lock: then it is
+    not stale. A Snakemake on another host sharing the directory cannot be seen from here; the message
+    says so.
+    """
+    locks = sorted((workdir / ".snakemake" / "locks").glob("*.lock"))
+    if not locks:
+        return None
+    mine = ancestors()
+    holders = [pid for pid, argv in snakemake_processes(workdir) if not (pid in mine and "--nolock" in argv)]
+    if holders:
+        return None
+    return (f"STALE LOCK: {workdir / '.snakemake' / 'locks'} holds {len(locks)} lock files and no Snakemake process "
+            f"runs in {workdir} on this host: the Snakemake that took them was killed. If no Snakemake of this "
+            f"directory runs on another host, clear them with `snakemake --unlock` (add the same --profile and "
+            f"--config options), then run the same command again: finished runs are kept, runs whose SLURM job is "
+            f"still alive are re-attached (not resubmitted), interrupted runs resume from their last checkpoint.")

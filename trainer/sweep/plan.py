@@ -1,0 +1,124 @@
+"""The cost plan of a matrix: per run, per scale and workflow, and in total (`python -m trainer plan`).
+
+Per run: model calls and generated tokens per step, predicted seconds per step, seconds and GPU-hours,
+whether it fits its time limit, where its step time comes from (cost.rate_for), and, once the run
+finished, what it took (the train job's Snakemake benchmark, else done.json's wall time; the mean step
+time from train.parquet) and predicted over actual. Written to results/plan.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from trainer.sweep import rundir
+from trainer.sweep.config import expand_matrix, resolve_run_config
+from trainer.sweep.cost import predict_run, rate_for, wall_time_s
+from trainer.sweep.measured import cpu_name, load_rates
+
+COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "device", "gpus", "cpus", "calls_per_step",
+           "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits", "source",
+           "actual_s", "actual_step_s", "predicted_over_actual"]
+
+
+def run_device(run_config: dict[str, Any], gpu: str) -> str:
+    """Where a run's steps are timed: the named GPU for a GPU run, this machine's CPU for a CPU run."""
+    return gpu if run_config["resources"].get("gpus", 0) else cpu_name()
+
+
+def actual_times(run_dir: Path, results: Path, run: str) -> tuple[float, float]:
+    """What a finished run took (s) and its mean step time from train.parquet; NaN while it is not done."""
+    path = run_dir / rundir.DONE_JSON
+    done = json.loads(path.read_text()) if path.exists() else None
+    if not done:
+        return float("nan"), float("nan")
+    bench = results / "benchmarks" / "train" / f"{run}.tsv"  # the whole job: start-up included
+    total = float(pd.read_csv(bench, sep="\t")["s"].iloc[0]) if bench.exists() else float(done["wall_time_s"])
+    train = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET, columns=["step", "time_s"])
+    return total, float(train.groupby("step")["time_s"].max().mean())
+
+
+def plan_rows(config: dict[str, Any], results: str | Path, matrix: str | None = None, gpu: str = "H100",
+              rates: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per run of the matrix (see COLUMNS); runs with nothing to plan from have NaN figures and
+    say why in `source`."""
+    results = Path(results)
+    rates = load_rates() if rates is None else rates
+    rows = []
+    for run in expand_matrix(config, matrix):
+        cfg = resolve_run_config(config, run)
+        device = run_device(cfg, gpu)
+        rate, source = rate_for(cfg, config["scales"][run.scale], rates, device)
+        predicted = predict_run(cfg, rate) if rate else {}
+        actual_s, actual_step_s = actual_times(results / "runs" / str(run), results, str(run))
+        rows.append({"run": str(run), "scale": run.scale, "workflow": run.workflow, "task": run.task,
+                     "policy": run.policy, "seed": run.seed, "device": device,
+                     "gpus": cfg["resources"].get("gpus", 0), "cpus": cfg["resources"].get("cpus", 1), **predicted, "source": source,
+                     "actual_s": actual_s, "actual_step_s": actual_step_s})
+    df = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    df["predicted_over_actual"] = df["run_s"] / df["actual_s"]
+    return df
+
+
+def default_parallel(df: pd.DataFrame, backend: str) -> int:
+    """Runs at once: every run on a cluster (the profile submits them all), else this machine's cores over
+    a run's."""
+    if backend == "slurm":
+        return max(1, len(df))
+    return max(1, (os.cpu_count() or 1) // max(1, int(df["cpus"].max())))
+
+
+def summary(df: pd.DataFrame, parallel: int) -> str:
+    """The plan as a person reads it: per scale, per workflow, in total; the runs that do not fit."""
+    lines = []
+    for by in ("scale", "workflow"):
+        g = df.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
+                                           gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)), step_s=("step_s", "mean"),
+                                           not_fitting=("fits", lambda s: int((s == False).sum())))  # noqa: E712
+        lines += [f"per {by}:", g.to_string(float_format=lambda v: f"{v:.2f}"), ""]
+    for scale, g in df.groupby("scale", sort=False):
+        sources = sorted(set(g["source"]))
+        lines.append(f"{scale}: step time " + "; ".join(sources))
+    total_h = df["run_s"].sum() / 3600
+    lines += ["", f"total: {len(df)} runs, {total_h:.2f} run-hours, {df['gpu_hours'].sum():.1f} GPU-hours, "
+                  f"wall time {wall_time_s(df['run_s'].dropna().tolist(), parallel) / 3600:.2f} h "
+                  f"with {parallel} runs at once"]
+    late = df[df["fits"] == False]  # noqa: E712 (NaN rows are neither)
+    if len(late):
+        lines.append(f"{len(late)} runs would NOT fit their time limit (time_min x (1 + max_num_timeout)):")
+        lines += [f"  {r.run}: {r.run_s / 3600:.1f} h predicted, limit {r.time_limit_s / 3600:.1f} h"
+                  for r in late.itertuples()]
+    unknown = df[df["run_s"].isna()]
+    if len(unknown):
+        lines.append(f"{len(unknown)} runs cannot be planned: " + "; ".join(sorted(set(unknown["source"]))))
+    done = df.dropna(subset=["actual_s"])
+    if len(done):
+        lines.append(f"finished runs: predicted over actual {done['run_s'].sum() / done['actual_s'].sum():.2f} in "
+                     f"total (per run {done['predicted_over_actual'].min():.2f}-"
+                     f"{done['predicted_over_actual'].max():.2f}, {len(done)} runs)")
+    return "\n".join(lines)
+
+
+def write_plan(df: pd.DataFrame, out: str | Path) -> Path:
+    """results/plan.csv, replaced atomically."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(out)
+    return out
+
+
+def write_html(df: pd.DataFrame, text: str, out: str | Path) -> None:
+    """The plan for the HTML report: the summary, then one row per run."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(f"<pre>{text}</pre>\n" + df.to_html(index=False, float_format=lambda v: f"{v:.3g}"))
+
+
+def as_json(df: pd.DataFrame) -> str:
+    """The rows as JSON (NaN as null)."""
+    return json.dumps(json.loads(df.to_json(orient="records")), indent=1)
