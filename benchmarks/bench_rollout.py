@@ -7,29 +7,29 @@ step, then `--steps` measured ones) and the script prints generated tokens per s
 per step of each, and the vLLM/HF ratios side by side. On CPU the model is a random Qwen3 of the
 `tiny` scale's shape with the small-vocabulary Qwen3 tokenizer; `--size 0.6b|1.7b` builds a random-weight
 Qwen3 from its published shape with the real Qwen3 tokenizer (GPUs: benchmarks/device_check.sh).
-The figures are also written to benchmarks/measured/<device>.json for the cost plan.
+The shared-policy figures (generated and trained tokens per second) are recorded in
+benchmarks/measured/<device>.json for the cost plan (trainer/sweep/measured.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from trainer.sweep.measured import device_name, record_rate
 from tests.local_qwen3 import qwen3_tokenizer, real_scale_config, save_random_qwen3, small_vocab_tokenizer
 
-MEASURED = Path(__file__).parent / "measured"
 # the published configs' shapes (Qwen/Qwen3-0.6B and -1.7B config.json), weights random
 QWEN3 = {"0.6b": {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
                   "num_key_value_heads": 8, "head_dim": 128},
          "1.7b": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
                   "num_key_value_heads": 8, "head_dim": 128}}
-PAPER = (64, 8, 5120, 300)  # prompts, rollouts, completion tokens, steps of a paper run
+PAPER = (64, 8, 5120, 300)
+MODEL_IDS = {"tiny": "tiny", "0.6b": "Qwen/Qwen3-0.6B", "1.7b": "Qwen/Qwen3-1.7B"}  # what the plan looks up  # prompts, rollouts, completion tokens, steps of a paper run
 
 
 def build_model(d: Path, size: str) -> Path:
@@ -58,11 +58,17 @@ def measure(model: Path, backend: str, mode: str, args: argparse.Namespace, d: P
     trainer.rollout(1)  # warm-up: vLLM compiles its kernels on the first call
     tokens0, t0 = trainer.generate.generated_tokens, time.perf_counter()
     for step in range(2, 2 + args.steps):
-        trainer.rollout(step)
+        episodes, _ = trainer.rollout(step)
     seconds = time.perf_counter() - t0
     tokens = trainer.generate.generated_tokens - tokens0
+    turns = [t for ep in episodes for t in ep.turns]  # the last step's, trained on as a run would
+    t1 = time.perf_counter()
+    for policy in trainer.policies:
+        trainer.update(policy, trainer.policy_rows(policy, turns))
+    update_s = time.perf_counter() - t1
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
     return {"step_s": seconds / args.steps, "tokens_per_s": tokens / seconds, "tokens_per_step": tokens / args.steps,
+            "update_tokens_per_s": sum(len(t.completion.completion_ids) for t in turns) / update_s,
             "peak_gpu_gib": peak}
 
 
@@ -79,14 +85,6 @@ def extrapolate(rows: dict, args: argparse.Namespace) -> None:
         hours = r["step_s"] * factor * steps / 3600
         print(f"extrapolated {backend:4} {mode:8}: {r['step_s'] * factor:8.0f} s/step at {prompts}x{rollouts}x{tokens}, "
               f"{hours:6.1f} h for {steps} steps (rollouts only) vs time_min {limit} min")
-
-
-def device_name() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
-               platform.processor())
-    return cpu
 
 
 def main() -> None:
@@ -118,13 +116,12 @@ def main() -> None:
         print(f"{b:4} {m:8} {r['tokens_per_s']:9.1f} tok/s {r['step_s']:8.2f} s/step peak GPU {r['peak_gpu_gib']:.1f} GiB")
     if args.extrapolate:
         extrapolate(rows, args)
-    MEASURED.mkdir(exist_ok=True)
-    slug = "".join(c if c.isalnum() else "-" for c in device).strip("-").lower()
-    out = MEASURED / f"{slug}.json"
-    record = json.loads(out.read_text()) if out.exists() else {"device": device}
-    record.setdefault("generation", {}).update({f"{args.size}_{b}_{m}": v for (b, m), v in rows.items()})
-    record["generation_settings"] = vars(args)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    for b in backends:  # the cost plan's rates (trainer/sweep/measured.py): the shared-policy figures
+        r = rows[(b, "shared")]
+        out = record_rate({"model": MODEL_IDS[args.size], "backend": b, "generate_tokens_per_s": r["tokens_per_s"],
+                           "update_tokens_per_s": r["update_tokens_per_s"], "peak_gpu_gib": r["peak_gpu_gib"],
+                           "measured_by": f"bench_rollout voting shared {args.prompts}x{args.generations}x"
+                                          f"{args.tokens}"}, device)
     print(f"written: {out}")
 
 

@@ -3,6 +3,7 @@ or stated estimates, the runs that would not fit their time limit, bad configs r
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -109,3 +110,31 @@ def test_snakemake_plan_prints_and_writes_the_plan(workdir):
     assert len(df) == 126
     log = (workdir / "results" / "logs" / "plan.log").read_text()
     assert "total: 126 runs" in log
+
+
+@pytest.mark.slow
+def test_plan_measure_records_each_workflow_and_task_and_the_plan_then_rests_on_it(tmp_path, tmp_path_factory):
+    import shutil
+
+    from tests.resilience import tiny_base_model
+
+    model = tmp_path / "results" / "models" / "tiny" / "model.json"
+    model.parent.mkdir(parents=True)
+    shutil.copy(tiny_base_model(tmp_path_factory), model)
+    matrix = {"workflows": ["voting"], "tasks": ["math"], "scales": ["tiny"], "policies": ["shared", "isolated"],
+              "seeds": [0], "single_baseline": True}
+    schedule = {"max_steps": 4, "prompts_per_step": 2, "num_generations": 2, "eval_problems": 8}
+    overrides = "overrides=" + json.dumps(load_yaml(ROOT / "config.yaml")["overrides"] + [
+        {"match": {"scale": "tiny"}, "training": schedule}])
+    proc = plan(tmp_path, "--measure", "--config", "matrix=m", f"matrices={json.dumps({'m': matrix})}", overrides)
+    rates = load_rates(tmp_path / "measured")
+    assert sorted((r["workflow"], r["task"]) for r in rates) == [("single", "math"), ("voting", "math")]
+    for r in rates:
+        assert r["model"] == "tiny" and r["measured_by"] == "plan --measure" and r["run"].endswith("-shared-s0")
+        assert r["generate_tokens_per_s"] > 0 and r["update_tokens_per_s"] > 0 and r["startup_s"] > 0
+        assert 0 < r["tokens_per_call"] <= 64 and r["eval_tokens_per_episode"] > 0
+    voting = next(r for r in rates if r["workflow"] == "voting")
+    assert 3 <= voting["calls_per_episode"] <= 4  # 3 voters, and the aggregator where it runs
+    df = pd.read_csv(tmp_path / "results" / "plan.csv")
+    assert len(df) == 3 and df["source"].str.startswith("measured for its workflow and task").all(), proc.stdout
+    assert not (tmp_path / "results" / "runs").exists()  # nothing of the sweep touched
