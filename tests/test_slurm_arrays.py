@@ -19,13 +19,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pytest
 
 from tests.conftest import ROOT
 from trainer.sweep import array_submit
 from trainer.sweep.config import load_yaml, resolve_run_config
+from trainer.sweep.launch import job_tag
 from trainer.sweep.runid import parse_run_id
 
 SBATCH_SHIM = """#!/bin/sh
@@ -44,8 +45,10 @@ class Sleeper:
     """What each array task runs instead of training: a short sleep, then which run and task it was."""
 
     def __call__(self, run_dir: str) -> dict[str, Any]:
+        import submitit
+
         time.sleep(1)
-        return {"run_dir": run_dir, "task": f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"}
+        return {"run_dir": run_dir, "task": submitit.JobEnvironment().job_id}  # ARRAYID_INDEX in an array
 
 
 def request(tag: str, at: float, partition: str = "debug") -> dict[str, Any]:
@@ -88,6 +91,31 @@ def test_only_requests_of_live_launchers_are_collected(tmp_path: Path) -> None:
     assert not array_submit.launcher_alive({"lock": str(live)})
 
 
+def test_a_dead_holders_claims_are_recorded_or_asked_again(tmp_path: Path, monkeypatch) -> None:
+    """A holder killed between claiming and answering: an array squeue lists (by its comment) is recorded
+    in each run's job.json; a claimed chunk squeue does not list (never submitted) goes back to pending."""
+    runs, spool = tmp_path / "runs", tmp_path / "runs" / array_submit.SPOOL_DIR
+    spool.mkdir(parents=True)
+    for run, chunk, index, size in (("a", "x", 0, 2), ("b", "x", 1, 2), ("c", "y", 0, 1)):
+        (runs / run / "work").mkdir(parents=True)
+        (spool / f"{run}.json").write_text(json.dumps({
+            "state": array_submit.CLAIMED, "path": str(spool / f"{run}.json"), "run": run, "tag": run,
+            "record": {"run": run, "tag": run}, "job_json": str(runs / run / "work" / "job.json"),
+            "comment": f"{array_submit.ARRAY_COMMENT}{chunk}", "index": index, "size": size}))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "squeue").write_text(
+        "#!/bin/sh\nprintf '170_0|RUNNING|trainer-array:x\\n170_1|PENDING|trainer-array:x\\n9|RUNNING|other\\n'\n")
+    (tmp_path / "bin" / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    array_submit.recover_claimed(spool, lambda message: None)
+    for run, job_id in (("a", "170_0"), ("b", "170_1")):
+        record = json.loads((runs / run / "work" / "job.json").read_text())
+        assert (record["job_id"], record["folder"]) == (job_id, str(runs / array_submit.JOBS_DIR / "x"))
+        assert json.loads((spool / f"{run}.json").read_text())["state"] == array_submit.SUBMITTED
+    assert not (runs / "c" / "work" / "job.json").exists()
+    assert json.loads((spool / "c.json").read_text())["state"] == array_submit.PENDING
+
+
 def slurm_available() -> bool:
     return shutil.which("sbatch") is not None and subprocess.run(["sinfo"], capture_output=True).returncode == 0
 
@@ -109,24 +137,51 @@ def run_config(run: str, window_s: float, partition: str = "debug") -> dict[str,
     return rc
 
 
-def start_launchers(tmp_path: Path, n: int, window_s: float, partition: str = "debug"):
-    """n launcher processes started together, PATH led by an sbatch that logs its calls; (run dir, process)."""
-    (tmp_path / "bin").mkdir()
+def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, partition: str = "debug"):
+    """A launcher per seed, started together, PATH led by an sbatch that logs its calls; (run dir, process)."""
     shim = tmp_path / "bin" / "sbatch"
-    shim.write_text(SBATCH_SHIM.format(log=tmp_path / "sbatch.log", real=shutil.which("sbatch")))
-    shim.chmod(0o755)
+    if not shim.exists():
+        shim.parent.mkdir()
+        shim.write_text(SBATCH_SHIM.format(log=tmp_path / "sbatch.log", real=shutil.which("sbatch")))
+        shim.chmod(0o755)
     base = tmp_path / "model.json"
     base.write_text(json.dumps({"name": "tiny", "path": str(tmp_path / "no-model")}))
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     started = []
-    for i in range(n):
-        run = f"single-math-tiny-shared-s{i}"
+    for seed in seeds:
+        run = f"single-math-tiny-shared-s{seed}"
         run_dir = tmp_path / "runs" / run
         cmd = [sys.executable, "-c", LAUNCHER, json.dumps(run_config(run, window_s, partition)), str(base),
                str(run_dir)]
         started.append((run_dir, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                                   stderr=subprocess.PIPE, text=True)))
     return started
+
+
+def job_ids(tmp_path: Path) -> dict[str, str]:
+    """Run name -> the job id its work/job.json records."""
+    return {p.parents[1].name: json.loads(p.read_text())["job_id"] for p in (tmp_path / "runs").glob("*/work/job.json")}
+
+
+def assert_own_results(outs: list[tuple[Path, str, str, int]], ids: dict[str, str]) -> None:
+    """Every launcher exited 0 with its own run's result, from the task its job.json records."""
+    for run_dir, out, err, rc in outs:
+        assert rc == 0, f"{run_dir.name}: launcher exited {rc}\n{err[-3000:]}"
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result == {"run_dir": str(run_dir), "task": ids[run_dir.name]}, (result, err[-2000:])
+        assert f"submitted slurm job {ids[run_dir.name]}" in err
+
+
+def lock_holder(lock: Path) -> int | None:
+    """The pid holding an flock on `lock` (/proc/locks), or None."""
+    if not lock.exists():
+        return None
+    inode = os.stat(lock).st_ino
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" not in fields and fields[1] == "FLOCK" and int(fields[5].split(":")[-1]) == inode:
+            return int(fields[4])
+    return None
 
 
 def sbatch_calls(tmp_path: Path) -> list[str]:
@@ -137,31 +192,26 @@ def sbatch_calls(tmp_path: Path) -> list[str]:
 @pytest.mark.slurm
 def test_launchers_started_together_submit_one_array(need_slurm: None, tmp_path: Path) -> None:
     n, t0 = 5, time.time()
-    started = start_launchers(tmp_path, n, window_s=15)
+    started = start_launchers(tmp_path, range(n), window_s=15)
     try:
         outs = [(run_dir, *proc.communicate(timeout=240), proc.returncode) for run_dir, proc in started]
     finally:
         records = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/work/job.json")]
         subprocess.run(["scancel", *{r["job_id"].split("_")[0] for r in records}], capture_output=True)
     took = time.time() - t0
-    for run_dir, out, err, rc in outs:
-        assert rc == 0, f"{run_dir.name}: launcher exited {rc}\n{err[-3000:]}"
     calls = sbatch_calls(tmp_path)
     assert len(calls) == 1, calls
     ids = {run_dir.name: json.loads((run_dir / "work" / "job.json").read_text())["job_id"] for run_dir, *_ in outs}
     arrays = {job_id.split("_")[0] for job_id in ids.values()}
     assert len(arrays) == 1 and sorted(int(j.split("_")[1]) for j in ids.values()) == list(range(n)), ids
-    for run_dir, out, err, _ in outs:  # each launcher got its own task's result
-        result = json.loads(out.strip().splitlines()[-1])
-        assert result == {"run_dir": str(run_dir), "task": ids[run_dir.name]}, (result, err[-2000:])
-        assert f"submitted slurm job {ids[run_dir.name]}" in err
+    assert_own_results(outs, ids)
     assert not list((tmp_path / "runs" / array_submit.SPOOL_DIR).glob("*.json")), "a request was left behind"
     print(f"{n} launchers: {len(calls)} sbatch call (array {arrays.pop()}), all results in {took:.0f}s")
 
 
 @pytest.mark.slurm
 def test_a_rejected_array_fails_each_launcher_naming_runs_and_error(need_slurm: None, tmp_path: Path) -> None:
-    started = start_launchers(tmp_path, 3, window_s=5, partition="no-such-partition")
+    started = start_launchers(tmp_path, range(3), window_s=5, partition="no-such-partition")
     outs = [(run_dir, *proc.communicate(timeout=120), proc.returncode) for run_dir, proc in started]
     assert len(sbatch_calls(tmp_path)) == 1
     runs = [run_dir.name for run_dir, *_ in outs]
@@ -170,3 +220,35 @@ def test_a_rejected_array_fails_each_launcher_naming_runs_and_error(need_slurm: 
         message = next(line for line in err.splitlines() if "submitting the array of runs" in line)
         assert all(run in message for run in runs), message
         assert "invalid partition" in err.lower(), err[-2000:]
+
+
+@pytest.mark.slurm
+def test_a_holder_killed_in_its_window_leaves_no_request_submitted_twice_or_never(need_slurm: None,
+                                                                                 tmp_path: Path) -> None:
+    """SIGKILL the launcher that collects (holds the spool lock) while it waits its window: another takes
+    over and submits the three live runs as one array; the dead launcher's request is not submitted, and
+    its rerun takes it over and submits it once (a second sbatch call)."""
+    started = start_launchers(tmp_path, range(4), window_s=20)
+    spool = tmp_path / "runs" / array_submit.SPOOL_DIR
+    pids = {proc.pid: (run_dir, proc) for run_dir, proc in started}
+    deadline = time.time() + 90
+    while not (len(list(spool.glob("*.json"))) == 4 and lock_holder(spool / array_submit.SUBMIT_LOCK) in pids):
+        assert time.time() < deadline, "the four requests and a holder never appeared"
+        time.sleep(0.2)
+    killed_dir, killed = pids[lock_holder(spool / array_submit.SUBMIT_LOCK)]
+    killed.kill()
+    killed.communicate()
+    try:
+        outs = [(run_dir, *proc.communicate(timeout=240), proc.returncode) for run_dir, proc in started
+                if proc is not killed]
+        assert len(sbatch_calls(tmp_path)) == 1 and not (killed_dir / "work" / "job.json").exists()
+        left = json.loads((spool / f"{job_tag(killed_dir.name, killed_dir)}.json").read_text())
+        assert left["state"] == array_submit.PENDING, left  # neither submitted with the others nor dropped
+        [(_, rerun)] = start_launchers(tmp_path, [int(killed_dir.name[-1])], window_s=1)
+        outs.append((killed_dir, *rerun.communicate(timeout=240), rerun.returncode))
+    finally:
+        subprocess.run(["scancel", *{j.split("_")[0] for j in job_ids(tmp_path).values()}], capture_output=True)
+    ids = job_ids(tmp_path)
+    assert_own_results(outs, ids)
+    assert len(sbatch_calls(tmp_path)) == 2 and len({ids[d.name].split("_")[0] for d, *_ in outs}) == 2
+    assert not list(spool.glob("*.json")), "a request was left behind"
