@@ -4,9 +4,11 @@ Without a cluster: arrays are cut at MaxArraySize and split by executor paramete
 from `scontrol show config` (or falls back, saying so), and only live launchers' requests are collected.
 On the real single-node cluster (.ci/slurm-up; skipped without it unless REQUIRE_SLURM is set): five
 launchers started together submit one array (one sbatch call) and each gets its own task's result; a
-rejected sbatch fails every launcher of the array, naming its runs and sbatch's error. The jobs run
-Sleeper (a second's sleep), never training: each launcher is the real `trainer.sweep.launch.launch`
-with array_submit.TRAIN_JOB pointed at Sleeper.
+rejected sbatch fails every launcher of the array, naming its runs and sbatch's error; the launcher
+that collects, killed in its window, leaves no request submitted twice or never; an array task
+signalled at its time limit is requeued by submitit under its own id while its launcher waits. The
+jobs sleep (Sleeper, Requeued), never train: each launcher is the real `trainer.sweep.launch.launch`
+with array_submit.TRAIN_JOB pointed at the sleeper.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pytest
+from submitit.helpers import Checkpointable
 
 from tests.conftest import ROOT
 from trainer.sweep import array_submit
@@ -35,10 +38,24 @@ exec {real} "$@"
 """
 LAUNCHER = """import json, sys
 import trainer.sweep.array_submit as array_submit
-array_submit.TRAIN_JOB = "tests.test_slurm_arrays:Sleeper"
+array_submit.TRAIN_JOB = sys.argv[4]
 from trainer.sweep.launch import launch
 print(json.dumps(launch(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3])))
 """
+
+
+class Requeued(Checkpointable):
+    """A task that sleeps past its time limit on its first run, so that submitit's signal handler
+    requeues it (checkpoint: Checkpointable's, the same call again); the next run returns at once."""
+
+    def __call__(self, run_dir: str) -> dict[str, Any]:
+        import submitit
+
+        marker = Path(run_dir) / "first-run"
+        if not marker.exists():
+            marker.write_text(submitit.JobEnvironment().job_id)
+            time.sleep(300)
+        return {"run_dir": run_dir, "task": submitit.JobEnvironment().job_id, "first": marker.read_text()}
 
 
 class Sleeper:
@@ -133,11 +150,12 @@ def run_config(run: str, window_s: float, partition: str = "debug") -> dict[str,
     rc = resolve_run_config(load_yaml(ROOT / "config.yaml"), parse_run_id(run))
     rc["launcher"].update(backend="slurm", partition=partition, poll_interval_s=1, signal_delay_s=10,
                           array_window_s=window_s)
-    rc["resources"].update(cpus=1, mem_gb=0.1, time_min=5)
+    rc["resources"].update(cpus=1, mem_gb=0.5, time_min=5)
     return rc
 
 
-def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, partition: str = "debug"):
+def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, partition: str = "debug",
+                    job: str = "tests.test_slurm_arrays:Sleeper", time_min: int = 5, **launcher: Any):
     """A launcher per seed, started together, PATH led by an sbatch that logs its calls; (run dir, process)."""
     shim = tmp_path / "bin" / "sbatch"
     if not shim.exists():
@@ -151,8 +169,10 @@ def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, parti
     for seed in seeds:
         run = f"single-math-tiny-shared-s{seed}"
         run_dir = tmp_path / "runs" / run
-        cmd = [sys.executable, "-c", LAUNCHER, json.dumps(run_config(run, window_s, partition)), str(base),
-               str(run_dir)]
+        rc = run_config(run, window_s, partition)
+        rc["launcher"].update(launcher)
+        rc["resources"]["time_min"] = time_min
+        cmd = [sys.executable, "-c", LAUNCHER, json.dumps(rc), str(base), str(run_dir), job]
         started.append((run_dir, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                                   stderr=subprocess.PIPE, text=True)))
     return started
@@ -252,3 +272,25 @@ def test_a_holder_killed_in_its_window_leaves_no_request_submitted_twice_or_neve
     assert_own_results(outs, ids)
     assert len(sbatch_calls(tmp_path)) == 2 and len({ids[d.name].split("_")[0] for d, *_ in outs}) == 2
     assert not list(spool.glob("*.json")), "a request was left behind"
+
+
+@pytest.mark.slurm
+def test_an_array_task_signalled_at_its_time_limit_is_requeued_and_its_launcher_waits(need_slurm: None,
+                                                                                      tmp_path: Path) -> None:
+    """submitit's time-limit signal requeues the array task itself (scontrol requeue ARRAYID_INDEX): same
+    task id, log continued; each launcher keeps waiting and gets its own task's result."""
+    started = start_launchers(tmp_path, range(2), window_s=5, job="tests.test_slurm_arrays:Requeued",
+                              time_min=1, signal_delay_s=30, max_num_timeout=2)
+    try:
+        outs = [(run_dir, *proc.communicate(timeout=300), proc.returncode) for run_dir, proc in started]
+    finally:
+        subprocess.run(["scancel", *{j.split("_")[0] for j in job_ids(tmp_path).values()}], capture_output=True)
+    ids = job_ids(tmp_path)
+    for run_dir, out, err, rc in outs:
+        assert rc == 0, f"{run_dir.name}: launcher exited {rc}\n{err[-3000:]}"
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result == {"run_dir": str(run_dir), "task": ids[run_dir.name], "first": ids[run_dir.name]}, result
+        record = json.loads((run_dir / "work" / "job.json").read_text())
+        log = (Path(record["folder"]) / f"{record['job_id']}_0_log.out").read_text()
+        assert f"Requeued job {record['job_id']}" in log, log[-3000:]
+    assert len(sbatch_calls(tmp_path)) == 1
