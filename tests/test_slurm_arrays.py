@@ -5,7 +5,8 @@ from `scontrol show config` (or falls back, saying so), and only live launchers'
 On the real single-node cluster (.ci/slurm-up; skipped without it unless REQUIRE_SLURM is set): five
 launchers started together submit one array (one sbatch call) and each gets its own task's result; a
 rejected sbatch fails every launcher of the array, naming its runs and sbatch's error; the launcher
-that collects, killed in its window, leaves no request submitted twice or never; an array task
+that collects, killed in its window, leaves no request submitted twice or never; a launcher killed
+while its task runs re-attaches to it on rerun (work/job.json); an array task
 signalled at its time limit is requeued by submitit under its own id while its launcher waits. The
 jobs sleep (Sleeper, Requeued), never train: each launcher is the real `trainer.sweep.launch.launch`
 with array_submit.TRAIN_JOB pointed at the sleeper.
@@ -64,7 +65,7 @@ class Sleeper:
     def __call__(self, run_dir: str) -> dict[str, Any]:
         import submitit
 
-        time.sleep(1)
+        time.sleep(float(os.environ.get("SLEEPER_S", "1")))  # sbatch hands the launcher's environment on
         return {"run_dir": run_dir, "task": submitit.JobEnvironment().job_id}  # ARRAYID_INDEX in an array
 
 
@@ -155,7 +156,8 @@ def run_config(run: str, window_s: float, partition: str = "debug") -> dict[str,
 
 
 def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, partition: str = "debug",
-                    job: str = "tests.test_slurm_arrays:Sleeper", time_min: int = 5, **launcher: Any):
+                    job: str = "tests.test_slurm_arrays:Sleeper", time_min: int = 5, sleep_s: float = 1,
+                    **launcher: Any):
     """A launcher per seed, started together, PATH led by an sbatch that logs its calls; (run dir, process)."""
     shim = tmp_path / "bin" / "sbatch"
     if not shim.exists():
@@ -164,7 +166,8 @@ def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, parti
         shim.chmod(0o755)
     base = tmp_path / "model.json"
     base.write_text(json.dumps({"name": "tiny", "path": str(tmp_path / "no-model")}))
-    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+           "SLEEPER_S": str(sleep_s)}
     started = []
     for seed in seeds:
         run = f"single-math-tiny-shared-s{seed}"
@@ -189,7 +192,6 @@ def assert_own_results(outs: list[tuple[Path, str, str, int]], ids: dict[str, st
         assert rc == 0, f"{run_dir.name}: launcher exited {rc}\n{err[-3000:]}"
         result = json.loads(out.strip().splitlines()[-1])
         assert result == {"run_dir": str(run_dir), "task": ids[run_dir.name]}, (result, err[-2000:])
-        assert f"submitted slurm job {ids[run_dir.name]}" in err
 
 
 def lock_holder(lock: Path) -> int | None:
@@ -225,6 +227,7 @@ def test_launchers_started_together_submit_one_array(need_slurm: None, tmp_path:
     arrays = {job_id.split("_")[0] for job_id in ids.values()}
     assert len(arrays) == 1 and sorted(int(j.split("_")[1]) for j in ids.values()) == list(range(n)), ids
     assert_own_results(outs, ids)
+    assert all(f"submitted slurm job {ids[run_dir.name]}" in err for run_dir, _, err, _ in outs)
     assert not list((tmp_path / "runs" / array_submit.SPOOL_DIR).glob("*.json")), "a request was left behind"
     print(f"{n} launchers: {len(calls)} sbatch call (array {arrays.pop()}), all results in {took:.0f}s")
 
@@ -272,6 +275,30 @@ def test_a_holder_killed_in_its_window_leaves_no_request_submitted_twice_or_neve
     assert_own_results(outs, ids)
     assert len(sbatch_calls(tmp_path)) == 2 and len({ids[d.name].split("_")[0] for d, *_ in outs}) == 2
     assert not list(spool.glob("*.json")), "a request was left behind"
+
+
+@pytest.mark.slurm
+def test_a_killed_launcher_reattaches_to_its_array_task(need_slurm: None, tmp_path: Path) -> None:
+    """SIGKILL a launcher while its array task runs: the rerun re-attaches to ARRAYID_INDEX (work/job.json)
+    instead of submitting again, and gets its own task's result."""
+    started = start_launchers(tmp_path, range(2), window_s=3, sleep_s=20)
+    (killed_dir, killed), (other_dir, other) = started
+    deadline = time.time() + 90
+    while len(job_ids(tmp_path)) < 2:
+        assert time.time() < deadline and killed.poll() is None, "the array was never recorded"
+        time.sleep(0.2)
+    killed.kill()
+    killed.communicate()
+    try:
+        [(_, rerun)] = start_launchers(tmp_path, [0], window_s=3, sleep_s=20)
+        outs = [(run_dir, *proc.communicate(timeout=240), proc.returncode)
+                for run_dir, proc in ((other_dir, other), (killed_dir, rerun))]
+    finally:
+        subprocess.run(["scancel", *{j.split("_")[0] for j in job_ids(tmp_path).values()}], capture_output=True)
+    ids = job_ids(tmp_path)
+    assert f"re-attaching to SLURM job {ids[killed_dir.name]}" in outs[1][2], outs[1][2][-2000:]
+    assert_own_results(outs, ids)
+    assert len(sbatch_calls(tmp_path)) == 1
 
 
 @pytest.mark.slurm
