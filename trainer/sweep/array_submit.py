@@ -15,7 +15,8 @@ Submitted neither twice nor never:
   launcher's request stays pending until the run's next launcher takes it over;
 - before sbatch the holder marks its requests claimed, with their array's comment and index; a holder
   that finds claimed requests (its predecessor died while submitting) looks the comment up in squeue:
-  listed, it records those jobs; not listed, the requests go back to pending.
+  listed, it records those jobs; not listed, the requests go back to pending (had that array already
+  ended and left squeue, MinJobAge after, with no launcher left to look, its runs resume from checkpoints).
 Limit: an array has one comment (not each run's tag), so a run's array task is found again through
 work/job.json (or its claimed request), never by squeue alone: delete job.json while the task lives
 and a rerun submits a second job.
@@ -140,8 +141,8 @@ def submit_chunk(spool: Path, chunk: list[dict[str, Any]], log: Log) -> None:
     runs = ", ".join(r["run"] for r in chunk)
     try:
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=chunk[0]["max_num_timeout"])
-        name = chunk[0]["run"] + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")  # the first run and how many more
-        ex.update_parameters(**chunk[0]["params"], job_name=name, comment=comment,
+        job_name = chunk[0]["run"] + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")  # first run, how many more
+        ex.update_parameters(**chunk[0]["params"], job_name=job_name, comment=comment,
                              array_parallelism=len(chunk))  # no throttle: as many at once as single jobs
         module, name = chunk[0]["job"].split(":")
         jobs = ex.map_array(getattr(importlib.import_module(module), name)(), [r["run_dir"] for r in chunk])
