@@ -2,18 +2,25 @@
 the shared snapshot (trainer.sweep.slurm_poll) against one squeue call per launcher, side by side.
 
 Usage (on the CI cluster, .ci/slurm-up): python benchmarks/bench_launchers.py [--runs 100] [--poll 5]
-    [--window 30]
+    [--window 30] [--array [--array-window 60]]
 
 Submits --runs short sleeping jobs, held in the queue (PENDING: in flight, using no node),
 then, for each mode, starts one launcher process per job running the launcher's real wait loop
 (trainer.sweep.launch.wait_and_stream) with PATH led by a shim that logs every squeue and sacct
 call, counts the calls over --window seconds once all launchers wait, and reads each launcher's
 resident memory (VmRSS). Every job is cancelled at the end.
+
+With --array it measures submission instead: --runs real launchers (`python -m trainer launch`) started
+together, one job per run and then launcher.array_window_s (trainer/sweep/array_submit.py), their jobs
+held (sbatch_extra hold: in the queue, never run); sbatch calls, queue entries and the seconds until
+every run's work/job.json records its job (CI cluster, 2 loaded cores, --runs 50 --array-window 60:
+50 sbatch calls and 15 s one job per run; 1 sbatch call and 63 s with arrays).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -31,10 +38,10 @@ exec {real} "$@"
 """
 
 
-def make_shim(folder: Path, log: Path) -> Path:
-    """A folder of squeue/sacct wrappers that log each call to `log`, then run the real command."""
+def make_shim(folder: Path, log: Path, names: tuple[str, ...] = ("squeue", "sacct")) -> Path:
+    """A folder of wrappers of `names` that log each call to `log`, then run the real command."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("squeue", "sacct"):
+    for name in names:
         real = shutil.which(name) or f"/usr/bin/{name}"
         (folder / name).write_text(SHIM.format(name=name, log=log, real=real))
         (folder / name).chmod(0o755)
@@ -117,14 +124,68 @@ def import_rss_mb(modules: str) -> float:
     return next(int(line.split()[1]) / 1024 for line in out.splitlines() if line.startswith("VmRSS:"))
 
 
+def measure_submissions(n: int, tmp: Path, window_s: float | None) -> dict[str, float]:
+    """n launchers started together (arrays on when `window_s` is set): sbatch calls, queue entries and
+    seconds until every run's job.json records its job; the launchers are then stopped, the jobs cancelled."""
+    from trainer.sweep.config import load_yaml, resolve_run_config
+    from trainer.sweep.runid import parse_run_id
+
+    mode = "single" if window_s is None else "array"
+    log, runs = tmp / f"sbatch-{mode}.log", tmp / f"runs-{mode}"
+    env = {**os.environ, "PATH": f"{make_shim(tmp / f'shim-{mode}', log, ('sbatch',))}:{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT)}
+    base = tmp / "model.json"
+    base.write_text('{"name": "tiny", "path": "/nonexistent"}')
+    procs, t0 = [], time.time()
+    for i in range(n):
+        rc = resolve_run_config(load_yaml(ROOT / "config.yaml"), parse_run_id(f"single-math-tiny-shared-s{i}"))
+        rc["launcher"].update(backend="slurm", partition="debug", poll_interval_s=5, array_window_s=window_s,
+                              sbatch_extra={"hold": True})
+        rc["resources"].update(cpus=1, mem_gb=0.1, time_min=5)
+        cmd = [sys.executable, "-m", "trainer", "launch", "--run-config", json.dumps(rc), "--base-model", str(base),
+               "--run-dir", str(runs / rc["run"])]
+        procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        while len(list(runs.glob("*/work/job.json"))) < n:
+            if any(p.poll() is not None for p in procs):
+                raise SystemExit(f"a {mode} launcher exited early ({[p.returncode for p in procs if p.poll()]})")
+            time.sleep(0.2)
+        took = time.time() - t0
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        ids = {json.loads(r.read_text())["job_id"].split("_")[0] for r in runs.glob("*/work/job.json")}
+        subprocess.run(["scancel", *ids], capture_output=True)
+    return {"sbatch": len(log.read_text().splitlines()), "entries": len(ids), "seconds": took}
+
+
+def compare_submissions(n: int, window_s: float) -> None:
+    """Print sbatch calls with and without arrays for n runs submitted together."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-arrays-"))
+    results = {label: measure_submissions(n, tmp, w) for label, w in (("one job per run", None),
+                                                                      (f"arrays, window {window_s:g}s", window_s))}
+    print(f"{n} launchers started together (jobs held, never run)")
+    print(f"{'mode':<24} {'sbatch calls':>12} {'array/job ids':>13} {'s until all recorded':>21}")
+    for label, r in results.items():
+        print(f"{label:<24} {r['sbatch']:>12} {r['entries']:>13} {r['seconds']:>21.1f}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--poll", type=float, default=5.0, help="launcher.poll_interval_s")
     parser.add_argument("--window", type=float, default=30.0, help="seconds over which calls are counted")
+    parser.add_argument("--array", action="store_true", help="measure submission: sbatch calls with and without "
+                                                              "job arrays (launcher.array_window_s)")
+    parser.add_argument("--array-window", type=float, default=60.0, help="launcher.array_window_s with --array")
     args = parser.parse_args()
     if shutil.which("sbatch") is None:
         raise SystemExit("no SLURM here: start the CI cluster with `bash .ci/slurm-up`")
+    if args.array:
+        return compare_submissions(args.runs, args.array_window)
     tmp = Path(tempfile.mkdtemp(prefix="bench-launchers-"))
     (tmp / "jobs").mkdir()
     ids = submit_sleepers(args.runs, tmp / "jobs")

@@ -42,8 +42,8 @@ def train_jobs(dry_run: str) -> list[str]:
 
 
 def test_trigger_items_leave_out_where_a_run_runs() -> None:
-    rc = {"run": RUN, "training": {"learning_rate": 0.1, "lora": {"r": 4}}, "launcher": {"partition": "x"},
-          "resources": {"gpus": 2}, "base_model": {"path": "/m"}}
+    rc = {"run": RUN, "training": {"learning_rate": 0.1, "lora": {"r": 4}},
+          "launcher": {"partition": "x", "array_window_s": 30}, "resources": {"gpus": 2}, "base_model": {"path": "/m"}}
     items = rerun_trigger_items(rc)
     assert items["training.learning_rate"] == "training.learning_rate=0.1"
     assert items["training.lora.r"] == "training.lora.r=4"
@@ -56,7 +56,8 @@ def test_site_settings_never_rerun_and_a_changed_key_is_named(workdir: Path) -> 
     snakemake("--cores", "2", "train_all", cwd=workdir, timeout=300)
     published = {n: pd.read_parquet(run_dir / f"{n}.parquet") for n in ("train", "eval", "samples")}
 
-    site = snakemake("-n", "train_all", "--config", "launcher={partition: other, poll_interval_s: 3}",
+    site = snakemake("-n", "train_all", "--config",
+                     "launcher={partition: other, poll_interval_s: 3, array_window_s: 30}",
                      "scales={tiny: {resources: {cpus: 2, mem_gb: 8, time_min: 30}}}", cwd=workdir).stdout
     assert not train_jobs(site), site
     lr = "training={learning_rate: 0.001}"

@@ -235,6 +235,8 @@ class LauncherSettings:
     max_num_timeout: int = setting(3, "Requeues on timeout or preemption before a run fails.")
     signal_delay_s: int = setting(120, "Seconds before the time limit at which SLURM signals the job.")
     poll_interval_s: float = setting(0.5, "Seconds between looks at the job (slurm profile: 30).")
+    array_window_s: float | None = setting(None, "slurm: collect the sweep's submissions for this many seconds "
+                                                 "into job arrays (one sbatch call each); None: one job per run.")
 
 
 @dataclass(frozen=True)

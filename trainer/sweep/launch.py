@@ -17,6 +17,7 @@ What survives what:
   checkpoint;
 - a changed config: refused before anything is submitted, naming the changed keys, unless
   --restart, which moves the state written under another config to work/superseded/ (kept).
+With launcher.array_window_s the sweep's runs share job arrays (array_submit.py: its guarantees, its limit).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import submitit
 
 from trainer.settings import LauncherSettings, ResourceSettings, from_dict
 from trainer.sweep import rundir
+from trainer.sweep.array_submit import ArraySubmitError, submit_in_array
 from trainer.sweep.config import checkpoint_config, config_hash, hashed_view, resume_conflict, world_size_of
 from trainer.sweep.prefetch import content_hash, pin_prefetched
 from trainer.sweep.slurm_poll import (LIVE_SLURM_STATES, SlurmError, cancel_slurm_job, slurm_jobs_tagged,
@@ -350,12 +352,17 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
         log(cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start "
                  f"from zero)")
     rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
-    folder = work / "submitit"
+    folder, settings = work / "submitit", launcher_settings(cfg)
     folder.mkdir(parents=True, exist_ok=True)
-    job = make_executor(cfg, folder, tag).submit(TrainJob(), str(run_dir))
-    rundir.write_json_atomic({"backend": backend, "job_id": str(job.job_id), "folder": str(folder), "tag": tag,
-                              "run": cfg["run"], "config_hash": cfg["config_hash"],
-                              "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / JOB_JSON)
+    record = {"backend": backend, "folder": str(folder), "tag": tag, "run": cfg["run"],
+              "config_hash": cfg["config_hash"]}
+    if backend == "slurm" and settings.array_window_s is not None:  # the submitting launcher writes job.json
+        job = submit_in_array(make_executor(cfg, folder), run_dir, record, work / JOB_JSON, work / LAUNCH_LOCK,
+                              settings.array_window_s, min(settings.poll_interval_s, 1.0), lambda m: log(cfg, m))
+    else:
+        job = make_executor(cfg, folder, tag).submit(TrainJob(), str(run_dir))
+        rundir.write_json_atomic({**record, "job_id": str(job.job_id),
+                                  "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / JOB_JSON)
     log(cfg, f"submitted {backend} job {job.job_id}")
     return job
 
@@ -372,7 +379,7 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
     with launch_lock(work):
         try:
             job = find_or_submit(cfg, run_dir, restart)
-        except SlurmError as e:
+        except (SlurmError, ArraySubmitError) as e:
             raise LaunchError(f"run {cfg['run']}: {e}") from e
     if isinstance(job, dict):
         return job

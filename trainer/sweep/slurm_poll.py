@@ -30,8 +30,9 @@ class SlurmError(RuntimeError):
 
 
 def squeue_jobs() -> dict[str, tuple[str, str]]:
-    """Every job squeue lists (ended ones too, while SLURM keeps them): id -> (state, comment)."""
-    proc = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%k"], capture_output=True, text=True,
+    """Every job squeue lists (ended ones too, while SLURM keeps them): id -> (state, comment); an
+    array's tasks one by one (-r), as ARRAYID_INDEX, pending ones included."""
+    proc = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%k"], capture_output=True, text=True,
                           timeout=120)
     if proc.returncode != 0:
         raise SlurmError(f"squeue failed ({proc.returncode}): {proc.stderr.strip()}")
