@@ -141,7 +141,7 @@ rule plan_vs_actual:
     threads: 1
     params:
         config=status_config_arg,
-        results=RESULTS,
+        results=lambda wildcards, output: Path(output.csv).parent.parent,
     shell:
         "python -m trainer plan --config-json {params.config} --results {params.results} --out {output.csv}"
         " --html {output.html} > {log} 2>&1"
