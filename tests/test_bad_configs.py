@@ -63,6 +63,7 @@ CASES: list[tuple[str, Callable[[Config], None], list[str]]] = [
     ("target_modules not a name", _set("training.lora.target_modules", 7), ["training.lora.target_modules", "7"]),
     ("bad enum", _set("training.loss_type", "ppo"), ["training.loss_type", "'ppo'"]),
     ("unknown launcher key", _set("launcher.poll_interval", 1), ["launcher.poll_interval: unknown key"]),
+    ("job arrays without slurm", _set("launcher.array_window_s", 30), ["launcher.array_window_s", "'local'"]),
     ("analysis window zero", _set("analysis.smoothing_window", 0), ["analysis.smoothing_window", "0"]),
 ]
 

@@ -57,7 +57,7 @@ def test_site_settings_never_rerun_and_a_changed_key_is_named(workdir: Path) -> 
     published = {n: pd.read_parquet(run_dir / f"{n}.parquet") for n in ("train", "eval", "samples")}
 
     site = snakemake("-n", "train_all", "--config",
-                     "launcher={partition: other, poll_interval_s: 3, array_window_s: 30}",
+                     "launcher={backend: slurm, partition: other, poll_interval_s: 3, array_window_s: 30}",
                      "scales={tiny: {resources: {cpus: 2, mem_gb: 8, time_min: 30}}}", cwd=workdir).stdout
     assert not train_jobs(site), site
     lr = "training={learning_rate: 0.001}"

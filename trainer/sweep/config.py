@@ -121,6 +121,10 @@ def _check_references(config: dict[str, Any]) -> None:
         if m.get("single_baseline") and "single" not in config["workflows"]:
             problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
     problems += _workflow_problems(config)
+    launcher = config.get("launcher", {})
+    if launcher.get("array_window_s") is not None and launcher.get("backend", "local") != "slurm":
+        problems.append(f"launcher.array_window_s: job arrays are SLURM submissions, and launcher.backend is "
+                        f"{launcher.get('backend', 'local')!r}: remove it, or run with --profile slurm")
     runs = {str(r) for r in expand_matrix(config)} if not problems else set()
     if not problems and not runs:
         problems.append(f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, "
