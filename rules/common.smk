@@ -133,6 +133,11 @@ def restart_flag(wildcards, output):
     return "--restart" if restart_requested(config, wildcards.run) else ""
 
 
+def runs_at_once():
+    """How many train jobs Snakemake runs at once: its cores (each train job takes one thread)."""
+    return max(1, workflow.cores or 1)
+
+
 def status_config_arg(wildcards):
     """The merged config (config.yaml, --configfile, --config), quoted for the shell."""
     return shlex.quote(json.dumps(config, sort_keys=True))

@@ -118,8 +118,10 @@ rule plan:
     params:
         config=status_config_arg,
         results=RESULTS,
+        parallel=lambda wildcards: runs_at_once(),
     shell:
-        "python -m trainer plan --config-json {params.config} --results {params.results} 2>&1 | tee {log}"
+        "python -m trainer plan --config-json {params.config} --results {params.results}"
+        " --parallel {params.parallel} 2>&1 | tee {log}"
 
 
 # The plan beside what the finished runs took (predicted over actual per run), for the HTML report.
@@ -142,6 +144,8 @@ rule plan_vs_actual:
     params:
         config=status_config_arg,
         results=lambda wildcards, output: Path(output.csv).parent.parent,
+        parallel=lambda wildcards: runs_at_once(),
     shell:
         "python -m trainer plan --config-json {params.config} --results {params.results} --out {output.csv}"
+        " --parallel {params.parallel}"
         " --html {output.html} > {log} 2>&1"

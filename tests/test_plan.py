@@ -103,9 +103,10 @@ def test_plan_with_a_bad_config_fails_before_any_work_naming_the_key(tmp_path, a
 
 
 def test_snakemake_plan_prints_and_writes_the_plan(workdir):
-    proc = snakemake("plan", "--cores", "1", "--config", "matrix=paper", cwd=workdir)
+    proc = snakemake("plan", "--cores", "3", "--config", "matrix=paper", cwd=workdir)
     out = proc.stdout + proc.stderr
     assert "per scale:" in out and "GPU-hours" in out and "rule train" not in out
+    assert "running 3 at a time" in out  # Snakemake's cores: the train jobs it runs at once
     df = pd.read_csv(workdir / "results" / "plan.csv")
     assert len(df) == 126
     log = (workdir / "results" / "logs" / "plan.log").read_text()

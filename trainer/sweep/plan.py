@@ -86,7 +86,7 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
     total_h = df["run_s"].sum() / 3600
     lines += ["", f"total: {len(df)} runs, {total_h:.2f} run-hours, {df['gpu_hours'].sum():.1f} GPU-hours, "
                   f"wall time {wall_time_s(df['run_s'].dropna().tolist(), parallel) / 3600:.2f} h "
-                  f"with {parallel} runs at once"]
+                  f"running {parallel} at a time"]
     late = df[df["fits"] == False]  # noqa: E712 (NaN rows are neither)
     if len(late):
         lines.append(f"{len(late)} runs would NOT fit their time limit (time_min x (1 + max_num_timeout)):")
