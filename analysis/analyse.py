@@ -5,7 +5,8 @@ Writes, under `results`:
     summary.parquet, summary.csv          one row per (run, eval split), with gain_vs_single
     summary.md, summary.tex               the paper's table: one row per cell, mean +- std over seeds
     tables/NAME.{csv,md,html}             summary, improves_on_base, isolated_vs_shared,
-                                          variance_decomposition, failure_signatures, skipped_runs
+                                          variance_decomposition, failure_signatures, skipped_runs,
+                                          and the claim tables (names.CLAIMS)
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import tables
-from analysis.names import AXES
+from analysis.claims import claim_tables
+from analysis.names import AXES, CLAIM_TABLES
 from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline, aggregate_seeds
 from analysis.per_run import summarize_runs, write_tables
@@ -70,10 +72,12 @@ def analyse(run_dirs: list[str | Path], expected: list[str], analysis: AnalysisS
             "variance_decomposition": tables.variance_decomposition(
                 summary, interactions=analysis.variance_interactions),
             "failure_signatures": tables.failure_signatures(summary, parts["signatures"]),
+            **claim_tables(summary, parts["curves"], terminal_k=analysis.terminal_k, n_boot=analysis.bootstrap_n,
+                           seed=analysis.bootstrap_seed),
         }
     else:
         questions = {k: pd.DataFrame() for k in ("improves_on_base", "isolated_vs_shared", "variance_decomposition",
-                                                 "failure_signatures")}
+                                                 "failure_signatures", *CLAIM_TABLES)}
     for name, df in questions.items():
         tables.write_table(df, results / "tables" / name)
     judged = [Path(d) for d in run_dirs if Path(d).name in set(summary["run"])]  # the early warnings vs the cliffs

@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
-from analysis.names import ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER, ordered  # noqa: E402
+from analysis.names import CLAIM_TABLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER, ordered  # noqa: E402
 
 POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
 POLICY_ORDER = ["shared", "isolated"]
@@ -58,6 +58,7 @@ class Data:
     amplification: pd.DataFrame
     capture_share: float = CAPTURE_SHARE
     warnings: pd.DataFrame | None = None  # first onset per run and detector (analysis/warnings_judged.py)
+    claims: dict[str, pd.DataFrame] | None = None  # the claim tables by stem (analysis/claims.py)
 
 
 def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
@@ -70,6 +71,15 @@ def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
                 policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER)
 
 
+def _read_csv(path: Path) -> pd.DataFrame:
+    """A table `analyse` wrote as csv; empty when absent or without rows (keep_default_na=False: "" stays "")."""
+    try:
+        return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"]) if path.exists() \
+            else pd.DataFrame()
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+
+
 def load(results: str | Path) -> Data:
     """The tables of a results directory, primary eval split only."""
     results = Path(results)
@@ -79,9 +89,11 @@ def load(results: str | Path) -> Data:
     curves = pd.read_parquet(results / "analysis" / "curves.parquet")
     if "primary" in curves:
         curves = curves[curves["primary"].astype(bool)]
+    # the claim tables as `analyse` wrote them (csv: the tables directory holds no parquet); absent ones are empty
+    claims = {t: _read_csv(results / "tables" / f"{t}.csv") for t in CLAIM_TABLES}
     return Data(summary, curves, pd.read_parquet(results / "analysis" / "gradients.parquet"),
                 pd.read_parquet(results / "analysis" / "amplification.parquet"),
-                warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"))
+                warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"), claims=claims)
 
 
 def wf_name(w: str) -> str:

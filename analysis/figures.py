@@ -32,6 +32,7 @@ from analysis.figure_data import (  # noqa: E402
     select,
     wf_name,
 )
+from analysis.claim_figures import CLAIM_FIGURES  # noqa: E402
 from analysis.gradient_figures import isolated_gradients, shared_capture  # noqa: E402
 from analysis.warning_figures import early_warnings  # noqa: E402
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
@@ -253,6 +254,7 @@ FIGURE_FUNCTIONS: dict[str, Callable[[Data, Grid], plt.Figure]] = {
     "isolated_gradients": isolated_gradients,
     "shared_capture": shared_capture,
     "early_warnings": early_warnings,
+    **CLAIM_FIGURES,
 }
 
 

@@ -14,6 +14,10 @@ FIGURES = {
     "isolated_gradients": "Gradient dynamics",
     "shared_capture": "Gradient dynamics",
     "early_warnings": "Cliffs",
+    "claim_cliff_incidence": "Claims",
+    "claim_signature_rates": "Claims",
+    "claim_amplification_dose": "Claims",
+    "claim_capture_onset": "Claims",
 }
 FIGURE_FORMATS = ("png", "pdf")
 
@@ -26,7 +30,21 @@ TABLES = {
     "failure_signatures": "Failure signatures",
     "skipped_runs": "Runs",         # runs of the matrix not analysed: missing, or left out with why
     "early_warnings": "Cliffs",     # per early-warning detector: fired before the cliff, lead time, false alarms
+    "cliff_incidence": "Claims",    # the claim tables (CLAIMS below): a statistic with an interval for each
+    "signature_rates": "Claims",
+    "amplification_dose": "Claims",
+    "capture_onset": "Claims",
 }
+
+# The study's claims (DESIGN.md), each with the table that measures it (results/tables/) and its figure
+# (results/figures/): claim -> (table stem, figure stem). analysis/claims.py computes the tables.
+CLAIMS = {
+    "isolated_falls_off_cliffs_more_often": ("cliff_incidence", "claim_cliff_incidence"),
+    "failure_signatures_isolated_vs_shared": ("signature_rates", "claim_signature_rates"),
+    "parallel_agents_amplify_isolated_gradients": ("amplification_dose", "claim_amplification_dose"),
+    "dominant_role_captures_shared_policy": ("capture_onset", "claim_capture_onset"),
+}
+CLAIM_TABLES = tuple(t for t, _ in CLAIMS.values())
 TABLE_FORMATS = ("csv", "md", "tex", "html")
 
 # written by `summarize` (one job over every finished run) into results/analysis/

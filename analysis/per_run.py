@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import gradients, signatures
+from analysis.agents import agent_facts
 from analysis.names import AXES, INTERMEDIATE
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
 from analysis.curves import curve_rows
@@ -28,8 +29,10 @@ def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataF
     sigs = signatures.run_signatures(logs.evals, logs.train, logs.samples, analysis.signatures)
     rows = curve_rows(logs, analysis)
     main = primary_split(logs.evals)
+    agents = agent_facts(logs.train, cfg, logs.roles)
     for row in rows:
         row["primary"] = row["split"] == main
+        row.update(agents)
         cap = gradients.capture(logs.train, cliff_step=row["cliff_step"],
                                 capture_share=analysis.capture_share,
                                 trend_fraction=analysis.capture_trend_fraction)

@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 from trainer.sweep import rundir
 # what the analysis reads of each log; pyarrow skips the rest (samples' prompts are most of its bytes)
 TRAIN_COLUMNS = ["step", "role", "policy", "n_turns", "grad_norm", "grad_sq_share", "completion_len_mean", "skipped"]
+# per-agent gradient columns of roles with parallel agents: read where the trainer wrote them (analysis/agents.py)
+TRAIN_OPTIONAL = ["n_agents", "amplification_index", "agent_cos_mean"]
 EVAL_REQUIRED = ["step", "split", "accuracy", "n", "final_answer_parse_rate"]
 SAMPLES_COLUMNS = ["step", "split", "episode", "role", "agent", "completion", "final_answer"]
 SAMPLES_WORKFLOWS = {"voting"}  # the only workflow whose signatures need the texts
@@ -34,8 +36,10 @@ class RunLogs:
     roles: rundir.WorkflowRoles  # from config.json: what the analysis knows of the run's workflow
 
 
-def _read(run_dir: Path, name: str, columns: list[str] | None, required: list[str]) -> pd.DataFrame:
-    """A parquet file with `columns` (all when None), naming the run, file and columns it lacks."""
+def _read(run_dir: Path, name: str, columns: list[str] | None, required: list[str],
+          optional: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A parquet file with `columns` (all when None) and those of `optional` it has, naming the run, file and
+    required columns it lacks."""
     path = run_dir / name
     try:
         present = pq.read_schema(path).names
@@ -44,6 +48,8 @@ def _read(run_dir: Path, name: str, columns: list[str] | None, required: list[st
     lacking = [c for c in required if c not in present]
     if lacking:
         raise RunLogError(f"{run_dir.name}: {name} lacks column(s) {', '.join(lacking)}")
+    if columns is not None:
+        columns = columns + [c for c in optional if c in present]
     return pq.read_table(path, columns=columns).to_pandas()
 
 
@@ -67,7 +73,7 @@ def load_run(run_dir: str | Path) -> RunLogs:
     except ValueError as e:
         raise RunLogError(f"{run_dir.name}: {e}") from e
     evals = _read(run_dir, rundir.EVAL_PARQUET, None, EVAL_REQUIRED)
-    train = _read(run_dir, rundir.TRAIN_PARQUET, TRAIN_COLUMNS, TRAIN_COLUMNS)
+    train = _read(run_dir, rundir.TRAIN_PARQUET, TRAIN_COLUMNS, TRAIN_COLUMNS, tuple(TRAIN_OPTIONAL))
     problems = []
     if done.get("config_hash") != cfg.get("config_hash"):
         problems.append(f"done.json hash {done.get('config_hash')} != config.json hash {cfg.get('config_hash')}")

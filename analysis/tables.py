@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.intervals import bootstrap_mean_ci
 from analysis.names import CELL, workflow_rank
 
 GAINS = ["gain_peak", "gain_terminal"]
@@ -68,18 +69,6 @@ def improves_on_base(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["group", "value", "n_cells", "share_peak_improves", "share_terminal_improves",
                                       "share_peak_beyond_noise", "share_terminal_beyond_noise",
                                       "mean_gain_peak", "mean_gain_terminal"])
-
-
-def bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator, n_boot: int,
-                      level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (NaN, NaN with fewer than 2 values)."""
-    values = np.asarray(values, dtype=float)
-    values = values[~np.isnan(values)]
-    if len(values) < 2:
-        return np.nan, np.nan
-    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
-    alpha = (1 - level) / 2
-    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
 
 
 def isolated_vs_shared(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:

@@ -1,0 +1,173 @@
+"""Interval statistics of the claim tables, in plain numpy (scipy is not a dependency).
+
+- `wilson`: a binomial proportion's score interval; `newcombe`: the difference of two independent proportions.
+- `clopper_pearson`, `binom_test`: exact binomial interval and two-sided p-value.
+- `mcnemar`: paired incidence (discordant pairs b, c of n): the difference (b - c) / n with an exact interval
+  conditional on the b + c discordant pairs, and the exact McNemar p-value.
+- `bootstrap_mean_ci`, `bootstrap_stat_ci`, `bootstrap_two_groups`: percentile bootstrap over units (of one group
+  or of two independent groups), with the caller's seeded generator.
+- `slope`, `pearson`: the statistics bootstrapped for dose-response and correlation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+LEVEL = 0.95
+
+
+def _z(level: float) -> float:
+    # the claim tables use 95%; other levels by the inverse error function's Newton solve
+    if abs(level - 0.95) < 1e-12:
+        return Z95
+    target, z = (1 + level) / 2, 1.0
+    for _ in range(50):
+        cdf = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+        z -= (cdf - target) / (math.exp(-z * z / 2) / math.sqrt(2 * math.pi))
+    return z
+
+
+def wilson(k: float, n: float, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n (NaN, NaN when n is 0); k may be fractional (a rate x n)."""
+    if not n > 0:
+        return math.nan, math.nan
+    z, p = _z(level), k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(max(p * (1 - p) / n + z * z / (4 * n * n), 0.0))
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
+def newcombe(k1: float, n1: float, k2: float, n2: float, level: float = LEVEL) -> tuple[float, float, float]:
+    """p1 - p2 of two independent proportions with Newcombe's hybrid score interval (from the Wilson ones)."""
+    if not (n1 > 0 and n2 > 0):
+        return math.nan, math.nan, math.nan
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson(k1, n1, level)
+    l2, u2 = wilson(k2, n2, level)
+    d = p1 - p2
+    return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def _binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    if p <= 0:
+        return 1.0
+    if p >= 1:
+        return 0.0
+    i = np.arange(k + 1)
+    logs = (np.array([math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in i])
+            + i * math.log(p) + (n - i) * math.log1p(-p))
+    return float(min(np.exp(logs).sum(), 1.0))
+
+
+def _solve(f: Callable[[float], float], target: float) -> float:
+    """p in [0, 1] where the decreasing f(p) crosses target (bisection: 60 halvings, far below display)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if f(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a binomial proportion k/n."""
+    if n <= 0:
+        return math.nan, math.nan
+    a = (1 - level) / 2
+    # P(X >= k | lo) = a and P(X <= k | hi) = a; both CDFs fall as p grows
+    lo = 0.0 if k == 0 else _solve(lambda p: _binom_cdf(k - 1, n, p), 1 - a)
+    hi = 1.0 if k == n else _solve(lambda p: _binom_cdf(k, n, p), a)
+    return lo, hi
+
+
+def binom_test(k: int, n: int, p: float = 0.5) -> float:
+    """Exact two-sided binomial p-value: the probability of outcomes no more likely than k."""
+    if n <= 0:
+        return 1.0
+    j = np.arange(n + 1)
+    logs = np.array([math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) for x in j]) \
+        + j * math.log(p) + (n - j) * math.log1p(-p)
+    pmf = np.exp(logs)
+    return float(min(pmf[pmf <= pmf[k] * (1 + 1e-7)].sum(), 1.0))
+
+
+def mcnemar(b: int, c: int, n: int, level: float = LEVEL) -> dict[str, float]:
+    """Paired incidence difference: b pairs with the event in the first member only, c in the second only, n pairs.
+
+    diff = (b - c) / n. Its interval is exact conditional on the m = b + c discordant pairs: b ~ Binomial(m, q)
+    with q's Clopper-Pearson interval mapped through diff = (2q - 1) m / n. p: the exact McNemar test (q = 1/2).
+    """
+    m = b + c
+    if n <= 0:
+        return {"diff": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan}
+    if m == 0:
+        return {"diff": 0.0, "lo": 0.0, "hi": 0.0, "p": 1.0}
+    ql, qu = clopper_pearson(b, m, level)
+    return {"diff": (b - c) / n, "lo": (2 * ql - 1) * m / n, "hi": (2 * qu - 1) * m / n, "p": binom_test(b, m)}
+
+
+def bootstrap_stat_ci(stat: Callable[[np.ndarray], float], n_units: int, rng: np.random.Generator, n_boot: int,
+                      level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval of stat(indices) over `n_boot` resamples of `n_units` units (NaN with fewer than 2)."""
+    if n_units < 2:
+        return math.nan, math.nan
+    draws = np.array([stat(rng.integers(0, n_units, n_units)) for _ in range(n_boot)], dtype=float)
+    draws = draws[~np.isnan(draws)]
+    if not len(draws):
+        return math.nan, math.nan
+    a = (1 - level) / 2
+    return float(np.quantile(draws, a)), float(np.quantile(draws, 1 - a))
+
+
+def bootstrap_two_groups(stat: Callable[[np.ndarray, np.ndarray], float], n1: int, n2: int,
+                         rng: np.random.Generator, n_boot: int, level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval of stat(indices1, indices2), each group's units resampled on its own (independent
+    groups: e.g. Isolated and Shared runs); NaN with fewer than 2 units in either."""
+    if n1 < 2 or n2 < 2:
+        return math.nan, math.nan
+    draws = np.array([stat(rng.integers(0, n1, n1), rng.integers(0, n2, n2)) for _ in range(n_boot)], dtype=float)
+    draws = draws[~np.isnan(draws)]
+    if not len(draws):
+        return math.nan, math.nan
+    a = (1 - level) / 2
+    return float(np.quantile(draws, a)), float(np.quantile(draws, 1 - a))
+
+
+def bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator, n_boot: int,
+                      level: float = LEVEL) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (NaN, NaN with fewer than 2 values)."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    if len(values) < 2:
+        return math.nan, math.nan
+    means = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+    a = (1 - level) / 2
+    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
+def slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of y on x (NaN when x does not vary)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return math.nan
+    xc = x - x.mean()
+    return float((xc * (y - y.mean())).sum() / (xc * xc).sum())
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation (NaN when either does not vary)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+        return math.nan
+    return float(np.corrcoef(x, y)[0, 1])
