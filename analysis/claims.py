@@ -40,9 +40,8 @@ def cliff_pairs(summary: pd.DataFrame) -> pd.DataFrame:
     rows = _with_variant(primary_rows(summary))
     rows = rows[rows["workflow"] != "single"]
     keys = PAIR_CELL + ["seed"]
-    iso = rows[rows["policy"] == "isolated"].set_index(keys)[["cliff", "peak_step"]]
-    sh = rows[rows["policy"] == "shared"].set_index(keys)[["cliff", "peak_step"]]
-    pairs = iso.join(sh, lsuffix="_isolated", rsuffix="_shared", how="inner").reset_index()
+    iso, sh = (rows[rows["policy"] == p][keys + ["cliff", "peak_step"]] for p in ("isolated", "shared"))
+    pairs = iso.merge(sh, on=keys, suffixes=("_isolated", "_shared"), how="inner")
     for p in ("isolated", "shared"):
         pairs[f"cliff_{p}"] = pairs[f"cliff_{p}"].astype(bool)
     return pairs
