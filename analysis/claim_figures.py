@@ -21,6 +21,11 @@ def _empty(ax: plt.Axes, text: str) -> None:
     ax.set_yticks([])
 
 
+def _err(est: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
+    """Error bar lengths below and above (0 where unknown; a rounding hair below 0 is 0)."""
+    return [np.clip(np.nan_to_num(est - lo), 0, None), np.clip(np.nan_to_num(hi - est), 0, None)]
+
+
 def _forest(ax: plt.Axes, labels: list[str], est: np.ndarray, lo: np.ndarray, hi: np.ndarray, xlabel: str,
             colour: str = "k") -> None:
     """One row per label: the estimate and its interval; the dashed line is no effect (0)."""
@@ -29,7 +34,7 @@ def _forest(ax: plt.Axes, labels: list[str], est: np.ndarray, lo: np.ndarray, hi
         return
     y = np.arange(len(labels))[::-1]
     est, lo, hi = (np.asarray(a, dtype=float) for a in (est, lo, hi))
-    ax.errorbar(est, y, xerr=[np.nan_to_num(est - lo), np.nan_to_num(hi - est)], fmt="o", color=colour, ms=4,
+    ax.errorbar(est, y, xerr=_err(est, lo, hi), fmt="o", color=colour, ms=4,
                 capsize=2, lw=1)
     ax.axvline(0, color="0.4", ls="--", lw=0.8)
     ax.set_yticks(y, labels, fontsize=7)
@@ -70,7 +75,7 @@ def claim_signature_rates(data: Data, grid: Grid) -> plt.Figure:
     y = np.arange(len(t))[::-1]
     for off, pol in ((0.12, "shared"), (-0.12, "isolated")):
         r, lo, hi = (t[f"rate_{pol}{s}"].to_numpy(dtype=float) for s in ("", "_lo", "_hi"))
-        ax.errorbar(r, y + off, xerr=[np.nan_to_num(r - lo), np.nan_to_num(hi - r)], fmt="o", ms=4, capsize=2,
+        ax.errorbar(r, y + off, xerr=_err(r, lo, hi), fmt="o", ms=4, capsize=2,
                     color=POLICY_COLOURS[pol], label=f"{pol} policy")
     ax.set_yticks(y, [f"{wf_name(r.workflow)}/{r.task}: {r.signature}" for r in t.itertuples()], fontsize=7)
     ax.set_xlabel("rate over all terminal eval episodes (95% Wilson)", fontsize=8)
@@ -95,7 +100,7 @@ def claim_amplification_dose(data: Data, grid: Grid) -> plt.Figure:
     for (wf, pol), g in dose.groupby(["workflow", "policy"], sort=True):
         k = g["n_agents"].astype(float).to_numpy()
         e, lo, hi = (g[c].to_numpy(dtype=float) for c in ("estimate", "lo", "hi"))
-        a.errorbar(k, e, yerr=[np.nan_to_num(e - lo), np.nan_to_num(hi - e)], marker="o" if wf == "voting" else "s",
+        a.errorbar(k, e, yerr=_err(e, lo, hi), marker="o" if wf == "voting" else "s",
                    color=POLICY_COLOURS.get(pol, "0.4"), capsize=2, label=f"{wf_name(wf)}, {pol}")
     a.set_xlabel("parallel agents (n_votes / max_subtasks)")
     a.set_ylabel("amplification index  sum ||g_k|| / ||sum g_k||")
