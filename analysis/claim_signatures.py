@@ -65,8 +65,9 @@ def _pooled_diff(iso: pd.DataFrame, sh: pd.DataFrame, rng: np.random.Generator, 
     """Run-level bootstrap of the pooled rate difference: resample runs within each policy (between-run spread)."""
     ki, ni, ks, ns = (a.to_numpy(dtype=float) for a in (iso["k"], iso["n"], sh["k"], sh["n"]))
 
-    def stat(a: np.ndarray, b: np.ndarray) -> float:
-        return ki[a].sum() / ni[a].sum() - ks[b].sum() / ns[b].sum() if ni[a].sum() and ns[b].sum() else math.nan
+    def stat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return ki[a].sum(axis=1) / ni[a].sum(axis=1) - ks[b].sum(axis=1) / ns[b].sum(axis=1)
 
     return bootstrap_two_groups(stat, len(ki), len(ks), rng, n_boot)
 
