@@ -1,9 +1,11 @@
 """Analysis of the sweep: run summaries, peak/terminal/cliff, gradient dynamics, figures (parquet in).
 
 As the data flows: `runs` reads and checks one run directory; `per_run` makes its tables from
-`curves` (base, peak, terminal, cliff), `gradients` (capture, amplification) and `signatures`;
-`analyse` writes them with the summary table (`summary`: vs single, seeds aggregated) and the
-question tables (`tables`); `figures` renders them (with `figure_data` and `gradient_figures`).
+`curves` (base, peak, terminal, cliff), `gradients` (capture, amplification), `signatures` and
+`agents` (variant, parallel agents, amplification index); `analyse` writes them with the summary table
+(`summary`: vs single, seeds aggregated), the question tables (`tables`) and the claim tables (`claims`,
+`claim_signatures`, `claim_amplification`, statistics in `intervals`); `figures` renders them (with
+`figure_data`, `gradient_figures` and `claim_figures`).
 `names` holds what the Snakemake rules share; `__main__` is the CLI the rules call. Imports only
 `trainer.sweep.rundir` (the run-directory contract) of the trainer.
 """

@@ -4,6 +4,9 @@ The trainer's eval diagnostics are means over all of an eval's episodes (`n` in 
 few episodes samples.parquet keeps: a rate r at an eval of n episodes counts r x n episodes (r x n x
 mean_iterations judged rounds for the evaluator's accept rate, which is per round). A run's rate is pooled
 over its last `terminal_k` evals (where `terminal_acc` is measured), and a policy's over its runs.
+`vote_agreement` is a mean over episodes of each episode's share of agreeing voter pairs, not a 0/1 per episode:
+its Wilson and Newcombe intervals (which treat episodes as Bernoulli) are then conservative; the run bootstrap
+(`diff_runs_*`) assumes neither.
 """
 
 from __future__ import annotations
