@@ -1,6 +1,6 @@
 """Synthetic sweeps with a known effect (or none) for each claim table of analysis/claims.py.
 
-    python benchmarks/planted_claims.py OUT_DIR [--null] [--seeds 8]
+    python -m benchmarks.planted_claims OUT_DIR [--null] [--seeds 8]
 
 `planted_sweep(out, PLANTED)` writes, through benchmarks/synthetic_logs.py's writer, a sweep of Voting and
 Orchestrator-Workers runs over variants of 2-6 parallel agents (run id `...-s{seed}-a{K}`) and Evaluator-Optimizer
