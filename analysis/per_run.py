@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import gradients, signatures
-from analysis.names import AXES, INTERMEDIATE
+from analysis.names import INTERMEDIATE, run_axes
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
 from analysis.curves import curve_rows
 from analysis.settings import AnalysisSettings
@@ -23,7 +23,7 @@ from analysis.settings import eval_every as run_eval_every
 def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataFrame]:
     """The per-run tables of one checked run."""
     cfg = logs.config
-    axes = {"run": logs.run, **{a: cfg[a] for a in AXES}}
+    axes = {"run": logs.run, **run_axes(cfg)}
     eval_every = run_eval_every(cfg)
     sigs = signatures.run_signatures(logs.evals, logs.train, logs.samples, analysis.signatures)
     rows = curve_rows(logs, analysis)
