@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, snakemake
-from tests.test_dag import slurm_profile_installed, train_runs  # noqa: F401 (a fixture)
+from tests.test_dag import slurm_profile_installed, train_runs  # noqa: F401 (a fixture, used by name)
 from trainer.sweep.config import (ConfigError, config_hash, expand_matrix, load_config, load_yaml,
                                   resolve_run_config, validate_config)
 from trainer.sweep.runid import RUN_ID_PATTERN, RunId, parse_run_id
