@@ -11,11 +11,13 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from tests.conftest import ROOT, snakemake
 from tests.test_dag import slurm_profile_installed, train_runs  # noqa: F401 (a fixture, used by name)
@@ -181,3 +183,35 @@ def test_slurm_dry_run_lists_each_ablation_run_once(slurm_profile_installed):  #
     assert len(runs) == 42 + sum(VARIANT_RUNS.values())
     assert "voting-math-qwen3-1.7b-isolated-s2-votes5" in runs and "voting-math-qwen3-1.7b-isolated-s2" in runs
     assert not [r for r in runs if r.startswith("eval_opt-") and r.endswith(("-votes5", "-subtasks1"))]
+
+
+@pytest.mark.slow
+def test_a_variant_run_of_a_tiny_matrix_runs_to_done(tmp_path_factory):
+    """One variant run (voting with 2 voters) trained through Snakemake on the session's tiny base model:
+    its config.json carries the variant and the delta, done.json its steps, eval.parquet its rows."""
+    from tests.resilience import tiny_base_model
+    from tests.test_matrix_tiny import matrix_config
+
+    d = tmp_path_factory.mktemp("variant")
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, d / name)
+    for name in ("rules", "profiles", "envs"):
+        shutil.copytree(ROOT / name, d / name)
+    for name in ("trainer", "analysis", "benchmarks"):
+        (d / name).symlink_to(ROOT / name)
+    model_json = d / "results" / "models" / "tiny" / "model.json"
+    model_json.parent.mkdir(parents=True)
+    shutil.copy(tiny_base_model(tmp_path_factory), model_json)
+    cfg = matrix_config()
+    cfg["matrices"]["tiny_matrix"]["variants"] = {"votes2": {"workflows": {"voting": {"n_votes": 2}}}}
+    (d / "matrix.yaml").write_text(yaml.safe_dump(cfg))
+    run = "voting-math-tiny-shared-s0-votes2"
+    snakemake("--configfile", "matrix.yaml", "--cores", "1", f"results/runs/{run}/done.json", cwd=d, timeout=900)
+    out = d / "results" / "runs" / run
+    config_json = json.loads((out / "config.json").read_text())
+    done = json.loads((out / "done.json").read_text())
+    assert config_json["run"] == run and config_json["variant"] == "votes2"
+    assert config_json["workflow_params"]["n_votes"] == 2
+    assert done["steps_done"] == done["steps_expected"] == 2 and done["config_hash"] == config_json["config_hash"]
+    assert len(pd.read_parquet(out / "eval.parquet"))
+    assert not (d / "results" / "runs" / "voting-math-tiny-shared-s0").exists()  # only the target was trained
