@@ -20,12 +20,13 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, snakemake
-from tests.test_dag import slurm_profile_installed, train_runs  # noqa: F401 (a fixture, used by name)
+from tests import test_dag
 from trainer.sweep.config import (ConfigError, config_hash, expand_matrix, load_config, load_yaml,
                                   resolve_run_config, validate_config)
 from trainer.sweep.runid import RUN_ID_PATTERN, RunId, parse_run_id
 
 DATA = Path(__file__).parent / "data"
+slurm_profile_installed = test_dag.slurm_profile_installed  # the fixture, by its name here
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
 VARIANT_RUNS = {"per_role": 36, "episode_groups": 36, "votes2": 12, "votes5": 12, "subtasks1": 12, "subtasks5": 12}
 
@@ -175,9 +176,9 @@ def test_tables_group_by_variant(tmp_path):
     assert "variant" not in pd.read_csv(write_table(plain, tmp_path / "p", ("csv",))[0]).columns
 
 
-def test_slurm_dry_run_lists_each_ablation_run_once(slurm_profile_installed):  # noqa: F811
+def test_slurm_dry_run_lists_each_ablation_run_once(slurm_profile_installed):
     out = snakemake("-n", "--profile", "slurm", "--config", "matrix=paper_ablations").stdout
-    runs = train_runs(out)
+    runs = test_dag.train_runs(out)
     assert set(runs.values()) == {1}
     assert Counter(parse_run_id(r).variant for r in runs if parse_run_id(r).variant) == VARIANT_RUNS
     assert len(runs) == 42 + sum(VARIANT_RUNS.values())
