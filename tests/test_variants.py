@@ -216,3 +216,20 @@ def test_a_variant_run_of_a_tiny_matrix_runs_to_done(tmp_path_factory):
     assert done["steps_done"] == done["steps_expected"] == 2 and done["config_hash"] == config_json["config_hash"]
     assert len(pd.read_parquet(out / "eval.parquet"))
     assert not (d / "results" / "runs" / "voting-math-tiny-shared-s0").exists()  # only the target was trained
+
+
+def test_status_and_plan_show_variant_runs(config, tmp_path):
+    """`trainer status` lists each variant run by its id; the plan has a variant column, and its per-variant
+    cost follows the delta (5 voters cost more per step than 2)."""
+    from trainer.sweep.plan import plan_rows, summary
+    from trainer.sweep.status import format_table, matrix_status
+
+    cfg = ablations(config)
+    rows = matrix_status(cfg, tmp_path)
+    assert [r.run for r in rows] == [str(r) for r in expand_matrix(cfg)]
+    assert "voting-code-qwen3-1.7b-shared-s0-votes5  " in format_table(rows)
+    df = plan_rows(cfg, tmp_path)
+    assert Counter(v for v in df["variant"] if v) == VARIANT_RUNS and (df["variant"] == "").sum() == 42
+    step = df[df["workflow"] == "voting"].groupby("variant")["step_s"].mean()
+    assert step["votes2"] < step[""] < step["votes5"]
+    assert "per variant:" in summary(df, 64) and "per variant:" not in summary(plan_rows(config, tmp_path), 2)

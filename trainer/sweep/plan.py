@@ -76,8 +76,9 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
     """The plan as a person reads it: per scale, per workflow (per variant where any), in total; the runs that do
     not fit."""
     lines = []
+    named = df.assign(variant=df["variant"].replace("", "(none)"))
     for by in ("scale", "workflow") + (("variant",) if (df["variant"] != "").any() else ()):  # variant: where any
-        g = df.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
+        g = named.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
                                            gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)), step_s=("step_s", "mean"),
                                            not_fitting=("fits", lambda s: int((s == False).sum())))  # noqa: E712
         lines += [f"per {by}:", g.to_string(float_format=lambda v: f"{v:.2f}"), ""]
