@@ -9,6 +9,7 @@ and `snakemake -n --profile slurm --config matrix=paper_ablations` lists every a
 from __future__ import annotations
 
 import copy
+import io
 import json
 import re
 import shutil
@@ -134,7 +135,8 @@ def test_delta_is_deep_merged_after_overrides(config):
     ({"bad": {"training": {"reward_mod": "per_role"}}},
      ["matrices.demo.variants.bad.training.reward_mod: unknown key"]),
     ({"bad": {"trainig": {"reward_mode": "per_role"}}}, ["matrices.demo.variants.bad.trainig: unknown key"]),
-    ({"bad": {"workflows": {"voting": {"n_vote": 5}}}}, ["matrices.demo.variants.bad.workflows.voting.n_vote: unknown key"]),
+    ({"bad": {"workflows": {"voting": {"n_vote": 5}}}},
+     ["matrices.demo.variants.bad.workflows.voting.n_vote: unknown key"]),
     ({"bad": {"workflows": {"debate": {"n_votes": 5}}}}, ["matrices.demo.variants.bad.workflows.debate", "'debate'"]),
     ({"Bad-1": {"training": {"reward_mode": "per_role"}}}, ["matrices.demo.variants", "'Bad-1'"]),
     ({"bad": {}}, ["matrices.demo.variants.bad"]),
@@ -233,3 +235,34 @@ def test_status_and_plan_show_variant_runs(config, tmp_path):
     step = df[df["workflow"] == "voting"].groupby("variant")["step_s"].mean()
     assert step["votes2"] < step[""] < step["votes5"]
     assert "per variant:" in summary(df, 64) and "per variant:" not in summary(plan_rows(config, tmp_path), 2)
+
+
+def test_analyse_groups_variant_runs_apart(tmp_path):
+    """Synthetic logs of plain and votes5 runs through `analyse` and the figures: the summary table has a row
+    per cell and variant (votes5's higher curve kept apart); without variant runs it has no variant column."""
+    from analysis.analyse import analyse
+    from analysis.figures import render_all
+    from analysis.settings import AnalysisSettings
+    from benchmarks.synthetic_logs import write_synthetic_run
+
+    plain = [f"{w}-math-tiny-{p}-s{s}" for w, p in (("voting", "shared"), ("voting", "isolated"),
+                                                      ("single", "shared")) for s in (0, 1)]
+    runs = plain + [f"voting-math-tiny-{p}-s{s}-votes5" for p in ("shared", "isolated") for s in (0, 1)]
+    for run in runs:
+        level = 0.8 if run.endswith("votes5") else 0.4
+        write_synthetic_run(tmp_path / "runs" / run, run, steps=10, eval_every=5, seed=len(run),
+                            accuracy=lambda step, level=level: level * step / 10)
+    for name, selected in (("all", runs), ("plain", plain)):
+        results = tmp_path / name
+        analyse([tmp_path / "runs" / r for r in selected], selected, AnalysisSettings(), results, log=io.StringIO())
+        table = pd.read_csv(results / "tables" / "summary.csv")
+        if name == "plain":
+            assert "variant" not in table and len(table) == 3
+            continue
+        assert len(table) == 5 and table["variant"].fillna("").tolist().count("votes5") == 2
+        peak = table.fillna({"variant": ""}).set_index(["workflow", "policy", "variant"])["peak_acc"]
+        peak = peak.str.split(" ").str[0]  # "mean ± std"
+        assert float(peak[("voting", "shared", "votes5")]) > float(peak[("voting", "shared", "")])
+        improves = pd.read_csv(results / "tables" / "improves_on_base.csv")
+        assert {"", "votes5"} <= set(improves[improves["group"] == "variant"]["value"].fillna(""))
+        assert render_all(results, tmp_path / "figures", log=io.StringIO())

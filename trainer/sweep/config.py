@@ -242,8 +242,9 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
             tasks.setdefault(name, {}).update(copy.deepcopy(entry))
     if run.variant:  # the variant's delta, deep-merged after the overrides
         delta = variant_delta(config, run.variant)
-        workflows, tasks = deep_merge(workflows, delta.get("workflows", {})), deep_merge(tasks, delta.get("tasks", {}))
-        training, resources = deep_merge(training, delta.get("training", {})), deep_merge(resources, delta.get("resources", {}))
+        workflows, tasks, training, resources = (
+            deep_merge(section, delta.get(name, {})) for name, section in
+            (("workflows", workflows), ("tasks", tasks), ("training", training), ("resources", resources)))
     task = tasks[run.task]
     if training.get("max_completion_length") is None:
         training["max_completion_length"] = task.get("max_completion_length",

@@ -20,9 +20,9 @@ from trainer.sweep.config import expand_matrix, resolve_run_config
 from trainer.sweep.cost import predict_run, rate_for, wall_time_s
 from trainer.sweep.measured import cpu_name, load_rates
 
-COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "variant", "device", "gpus", "cpus", "calls_per_step",
-           "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits", "source",
-           "actual_s", "actual_step_s", "predicted_over_actual"]
+COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "variant", "device", "gpus", "cpus",
+           "calls_per_step", "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits",
+           "source", "actual_s", "actual_step_s", "predicted_over_actual"]
 
 
 def run_device(run_config: dict[str, Any], gpu: str) -> str:
@@ -77,7 +77,7 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
     not fit."""
     lines = []
     named = df.assign(variant=df["variant"].replace("", "(none)"))
-    for by in ("scale", "workflow") + (("variant",) if (df["variant"] != "").any() else ()):  # variant: where any
+    for by in ("scale", "workflow") + (("variant",) if (df["variant"] != "").any() else ()):
         g = named.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
                                            gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)), step_s=("step_s", "mean"),
                                            not_fitting=("fits", lambda s: int((s == False).sum())))  # noqa: E712
