@@ -266,3 +266,18 @@ def test_analyse_groups_variant_runs_apart(tmp_path):
         improves = pd.read_csv(results / "tables" / "improves_on_base.csv")
         assert {"", "votes5"} <= set(improves[improves["group"] == "variant"]["value"].fillna(""))
         assert render_all(results, tmp_path / "figures", log=io.StringIO())
+
+
+def test_variant_resolves_from_the_matrix_that_defines_it(config):
+    """A variant run resolves under another matrix in use (e.g. `trainer plan --matrix paper_ablations` with the
+    demo in use) where one matrix defines the name; an undefined or ambiguous name fails naming it."""
+    run = parse_run_id("voting-math-qwen3-1.7b-shared-s0-votes5")
+    assert config["matrix"] == "demo" and resolve_run_config(config, run)["workflow_params"]["n_votes"] == 5
+    with pytest.raises(ValueError, match="variant 'nope': no matrix defines it"):
+        resolve_run_config(config, parse_run_id("voting-math-tiny-shared-s0-nope"))
+    cfg = copy.deepcopy(config)
+    cfg["matrices"]["demo"]["variants"] = {"votes5": {"workflows": {"voting": {"n_votes": 4}}}}
+    assert resolve_run_config(cfg, run)["workflow_params"]["n_votes"] == 4  # the matrix in use first
+    cfg["matrix"] = "paper"
+    with pytest.raises(ValueError, match="variant 'votes5': matrices .* define it differently"):
+        resolve_run_config(cfg, run)
