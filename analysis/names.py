@@ -66,6 +66,12 @@ def has_variants(df) -> bool:
     return "variant" in df and bool((df["variant"].fillna(PLAIN) != PLAIN).any())
 
 
+def as_written(df):
+    """A table (pandas) as the analysis writes it: without a `variant` column where no row has a variant, so a
+    matrix without variants writes the files it wrote before variants existed."""
+    return df.drop(columns="variant") if "variant" in df and not has_variants(df) else df
+
+
 def ordered(names: set[str] | list[str], order: list[str]) -> list[str]:
     """`names` in `order`, then those `order` does not list, sorted (a workflow or role added since)."""
     present = set(names)

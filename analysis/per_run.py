@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import gradients, signatures
-from analysis.names import INTERMEDIATE, run_axes
+from analysis.names import INTERMEDIATE, as_written, run_axes
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
 from analysis.curves import curve_rows
 from analysis.settings import AnalysisSettings
@@ -69,12 +69,12 @@ def summarize_runs(run_dirs: list[str | Path], analysis: AnalysisSettings) -> di
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
-    """Each table as out_dir/NAME.parquet."""
+    """Each table as out_dir/NAME.parquet (`as_written`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, t in tables.items():
         path = out_dir / f"{k}.parquet"
-        t.to_parquet(path, index=False)
+        as_written(t).to_parquet(path, index=False)
         paths.append(path)
     return paths

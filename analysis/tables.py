@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.names import CELL, has_variants, with_variant, workflow_rank
+from analysis.names import CELL, as_written, has_variants, with_variant, workflow_rank
 
 GAINS = ["gain_peak", "gain_terminal"]
 
@@ -219,10 +219,8 @@ def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_table(df: pd.DataFrame, stem: str | Path, formats: tuple[str, ...] = ("csv", "md", "html")) -> list[Path]:
-    """The table as STEM.csv / .md / .html / .tex (floats to 3 decimals outside the csv); its `variant`
-    column only where some row has a variant (a matrix without variants keeps its tables as they were)."""
-    if "variant" in df and not has_variants(df):
-        df = df.drop(columns="variant")
+    """The table as STEM.csv / .md / .html / .tex (floats to 3 decimals outside the csv), `as_written`."""
+    df = as_written(df)
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []

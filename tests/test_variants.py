@@ -256,9 +256,13 @@ def test_analyse_groups_variant_runs_apart(tmp_path):
         results = tmp_path / name
         analyse([tmp_path / "runs" / r for r in selected], selected, AnalysisSettings(), results, log=io.StringIO())
         table = pd.read_csv(results / "tables" / "summary.csv")
-        if name == "plain":
+        if name == "plain":  # every file as before variants: no variant column anywhere
             assert "variant" not in table and len(table) == 3
+            written = [pd.read_csv(f) for f in results.rglob("*.csv")] + \
+                [pd.read_parquet(f) for f in results.rglob("*.parquet")]
+            assert len(written) > 10 and not [t for t in written if "variant" in t]
             continue
+        assert "variant" in pd.read_parquet(results / "analysis" / "curves.parquet")
         assert len(table) == 5 and table["variant"].fillna("").tolist().count("votes5") == 2
         peak = table.fillna({"variant": ""}).set_index(["workflow", "policy", "variant"])["peak_acc"]
         peak = peak.str.split(" ").str[0]  # "mean ± std"
