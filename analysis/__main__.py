@@ -16,13 +16,14 @@ import pandas as pd
 from analysis.analyse import analyse
 from analysis.settings import AnalysisSettings
 from analysis.figures import render_all
+from analysis.names import run_axes
 from analysis.progress import progress_curves, render_progress
 from trainer.sweep.rundir import parse_run_id
 
 
 def expected_axes(runs: list[str]) -> pd.DataFrame:
     """The matrix's axes from its run ids."""
-    return pd.DataFrame([{"run": r, **parse_run_id(r).axes()} for r in runs])
+    return pd.DataFrame([{"run": r, **run_axes(parse_run_id(r).axes())} for r in runs])
 
 
 def main(argv: list[str] | None = None) -> int:

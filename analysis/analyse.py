@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis import tables
 from analysis.claims import claim_tables
-from analysis.names import AXES, CLAIM_TABLES
+from analysis.names import AXES, CLAIM_TABLES, as_written
 from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline, aggregate_seeds
 from analysis.per_run import summarize_runs, write_tables
@@ -54,13 +54,13 @@ def analyse(run_dirs: list[str | Path], expected: list[str], analysis: AnalysisS
         summary = add_single_baseline(runs).sort_values(AXES + ["split"]).reset_index(drop=True)
     else:
         summary = pd.DataFrame(columns=["run", *AXES, "split", "primary", "gain_peak", "gain_terminal"])
-    summary.to_parquet(results / "summary.parquet", index=False)
-    summary.to_csv(results / "summary.csv", index=False)
+    as_written(summary).to_parquet(results / "summary.parquet", index=False)
+    as_written(summary).to_csv(results / "summary.csv", index=False)
     aggregated = aggregate_seeds(summary) if len(summary) else pd.DataFrame(columns=["split"])
     cells = tables.cell_table(summary, aggregated) if len(summary) else pd.DataFrame()
     tables.write_table(cells, results / "summary", ("md", "tex"))
     tables.write_table(cells, results / "tables" / "summary")
-    aggregated.to_csv(results / "tables" / "summary_by_seed_stats.csv", index=False)
+    as_written(aggregated).to_csv(results / "tables" / "summary_by_seed_stats.csv", index=False)
 
     skipped = skipped_runs(parts["problems"], expected, set(summary["run"]))
     tables.write_table(skipped, results / "tables" / "skipped_runs")

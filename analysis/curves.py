@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.names import AXES
+from analysis.names import run_axes
 from analysis.runs import RunLogs
 from analysis.settings import AnalysisSettings
 
@@ -71,6 +71,6 @@ def curve_rows(logs: RunLogs, analysis: AnalysisSettings) -> list[dict[str, Any]
         base = s["base_acc"]
         # two binomial standard errors of the eval set: the noise floor of a gain
         s["gain_noise"] = 2 * math.sqrt(max(base * (1 - base), 1e-12) / n) if n and not math.isnan(base) else math.nan
-        rows.append({"run": cfg["run"], **{a: cfg[a] for a in AXES}, "split": split, "n_eval": n,
+        rows.append({"run": cfg["run"], **run_axes(cfg), "split": split, "n_eval": n,
                      "max_steps": cfg["training"]["max_steps"], **s})
     return rows

@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
-from analysis.names import CLAIM_TABLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER, ordered  # noqa: E402
+from analysis.names import CLAIM_TABLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_ORDER, ordered, plain_runs  # noqa: E402
 
 POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
 POLICY_ORDER = ["shared", "isolated"]
@@ -81,7 +81,8 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 
 def load(results: str | Path) -> Data:
-    """The tables of a results directory, primary eval split only."""
+    """The tables of a results directory, primary eval split only, plain runs only (a variant's runs are in the
+    tables; the figures' grid has no variant axis yet)."""
     results = Path(results)
     summary = pd.read_parquet(results / "summary.parquet")
     if "primary" in summary:
@@ -89,10 +90,12 @@ def load(results: str | Path) -> Data:
     curves = pd.read_parquet(results / "analysis" / "curves.parquet")
     if "primary" in curves:
         curves = curves[curves["primary"].astype(bool)]
-    # the claim tables as `analyse` wrote them (csv: the tables directory holds no parquet); absent ones are empty
+    # the claim tables as `analyse` wrote them (csv: the tables directory holds no parquet); absent ones are empty.
+    # They hold every variant: claim 5's dose-response is drawn over them.
     claims = {t: _read_csv(results / "tables" / f"{t}.csv") for t in CLAIM_TABLES}
-    return Data(summary, curves, pd.read_parquet(results / "analysis" / "gradients.parquet"),
-                pd.read_parquet(results / "analysis" / "amplification.parquet"),
+    return Data(plain_runs(summary), plain_runs(curves),
+                plain_runs(pd.read_parquet(results / "analysis" / "gradients.parquet")),
+                plain_runs(pd.read_parquet(results / "analysis" / "amplification.parquet")),
                 warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"), claims=claims)
 
 

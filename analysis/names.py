@@ -57,8 +57,37 @@ WORKFLOW_ORDER = ["single", "eval_opt", "voting", "orch_workers"]
 WORKFLOW_NAMES = {"single": "Single agent", "eval_opt": "Evaluator-Optimizer", "voting": "Voting",
                   "orch_workers": "Orchestrator-Workers"}
 ROLE_ORDER = ["generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer"]
-AXES = ["workflow", "task", "scale", "policy", "seed"]
-CELL = ["workflow", "task", "scale", "policy"]
+# `variant` (a named config delta of the matrix, trainer/sweep/variants.py) is "" for a plain run: an axis of
+# every grouping, shown in a table only where some run has one (analysis.tables.write_table).
+AXES = ["workflow", "task", "scale", "policy", "seed", "variant"]
+CELL = ["workflow", "task", "scale", "policy", "variant"]
+PLAIN = ""  # the variant of a run without one
+
+
+def run_axes(cfg: dict) -> dict:
+    """A run's values by axis from its config.json (or run id axes): `variant` PLAIN where it has none."""
+    return {a: (cfg.get(a) or PLAIN) if a == "variant" else cfg[a] for a in AXES}
+
+
+def with_variant(df):
+    """A table (pandas) with its `variant` column, PLAIN where missing (tables written before variants)."""
+    return df.assign(variant=df["variant"].fillna(PLAIN) if "variant" in df else PLAIN)
+
+
+def plain_runs(df):
+    """The rows of a table (pandas) that are of plain runs: what the figures draw (their grid has no variant axis)."""
+    return df[with_variant(df)["variant"] == PLAIN] if len(df) else df
+
+
+def has_variants(df) -> bool:
+    """Whether a table (pandas) holds a run of some variant."""
+    return "variant" in df and bool((df["variant"].fillna(PLAIN) != PLAIN).any())
+
+
+def as_written(df):
+    """A table (pandas) as the analysis writes it: without a `variant` column where no row has a variant, so a
+    matrix without variants writes the files it wrote before variants existed."""
+    return df.drop(columns="variant") if "variant" in df and not has_variants(df) else df
 
 
 def ordered(names: set[str] | list[str], order: list[str]) -> list[str]:

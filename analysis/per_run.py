@@ -14,7 +14,7 @@ import pandas as pd
 
 from analysis import gradients, signatures
 from analysis.agents import agent_facts
-from analysis.names import AXES, INTERMEDIATE
+from analysis.names import INTERMEDIATE, as_written, run_axes
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
 from analysis.curves import curve_rows
 from analysis.settings import AnalysisSettings
@@ -24,7 +24,7 @@ from analysis.settings import eval_every as run_eval_every
 def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataFrame]:
     """The per-run tables of one checked run."""
     cfg = logs.config
-    axes = {"run": logs.run, **{a: cfg[a] for a in AXES}}
+    axes = {"run": logs.run, **run_axes(cfg)}
     eval_every = run_eval_every(cfg)
     sigs = signatures.run_signatures(logs.evals, logs.train, logs.samples, analysis.signatures)
     rows = curve_rows(logs, analysis)
@@ -72,12 +72,12 @@ def summarize_runs(run_dirs: list[str | Path], analysis: AnalysisSettings) -> di
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
-    """Each table as out_dir/NAME.parquet."""
+    """Each table as out_dir/NAME.parquet (`as_written`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, t in tables.items():
         path = out_dir / f"{k}.parquet"
-        t.to_parquet(path, index=False)
+        as_written(t).to_parquet(path, index=False)
         paths.append(path)
     return paths

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.names import CELL
+from analysis.names import CELL, PLAIN, with_variant
 
 __all__ = ["add_single_baseline", "aggregate_seeds", "SEED_METRICS"]
 
 
 def add_single_baseline(summary: pd.DataFrame) -> pd.DataFrame:
-    """gain_vs_single at base, peak and terminal: each cell against `single` of the same task, scale, seed, split."""
+    """gain_vs_single at base, peak and terminal: each cell against `single` of the same task, scale, seed, split
+    (a variant's runs too: against the plain baseline, the reference of every variant)."""
     keys = ["task", "scale", "seed", "split"]
-    single = summary[summary["workflow"] == "single"][keys + ["base_acc", "peak_acc", "terminal_acc"]]
+    plain = summary["variant"].fillna(PLAIN) == PLAIN if "variant" in summary else True
+    single = summary[(summary["workflow"] == "single") & plain][keys + ["base_acc", "peak_acc", "terminal_acc"]]
     single = single.rename(columns={c: f"single_{c}" for c in ("base_acc", "peak_acc", "terminal_acc")})
     out = summary.merge(single, on=keys, how="left")
     for c in ("base_acc", "peak_acc", "terminal_acc"):
@@ -28,6 +30,7 @@ SEED_METRICS = ["base_acc", "peak_acc", "terminal_acc", "gain_peak", "gain_termi
 def aggregate_seeds(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, split): n_seeds, mean and std over seeds of each metric, fraction of seeds with a cliff."""
     metrics = [m for m in SEED_METRICS if m in summary]
+    summary = with_variant(summary)
     g = summary.groupby(CELL + ["split"], sort=True, dropna=False)
     out = g[metrics].agg(["mean", "std"])
     out.columns = [f"{m}_{stat}" for m, stat in out.columns]

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.intervals import bootstrap_mean_ci
-from analysis.names import CELL, workflow_rank
+from analysis.names import CELL, as_written, has_variants, with_variant, workflow_rank
 
 GAINS = ["gain_peak", "gain_terminal"]
 
@@ -23,8 +23,8 @@ GAINS = ["gain_peak", "gain_terminal"]
 def primary_rows(summary: pd.DataFrame) -> pd.DataFrame:
     """One row per run: its primary eval split."""
     if "primary" in summary:
-        return summary[summary["primary"].astype(bool)]
-    return summary
+        summary = summary[summary["primary"].astype(bool)]
+    return with_variant(summary)
 
 
 def cell_means(summary: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +63,7 @@ def improves_on_base(summary: pd.DataFrame) -> pd.DataFrame:
                 "mean_gain_terminal": float(g["gain_terminal"].mean()) if len(g) else np.nan}
 
     out.append(row("all", "all", cells))
-    for factor in CELL:
+    for factor in CELL if has_variants(cells) else [f for f in CELL if f != "variant"]:
         for value, g in cells.groupby(factor, sort=True):
             out.append(row(factor, str(value), g))
     return pd.DataFrame(out, columns=["group", "value", "n_cells", "share_peak_improves", "share_terminal_improves",
@@ -72,14 +72,14 @@ def improves_on_base(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def isolated_vs_shared(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Isolated minus Shared peak and terminal accuracy, paired by (workflow, task, scale, seed).
+    """Isolated minus Shared peak and terminal accuracy, paired by (workflow, task, scale, variant, seed).
 
-    One row per cell (bootstrap over its seeds) and one `all` row (bootstrap over every pair).
+    One row per cell (bootstrap over its seeds) and per variant one `all` row (bootstrap over its pairs).
     """
     rows = primary_rows(summary)
-    keys = ["workflow", "task", "scale", "seed"]
+    keys = ["workflow", "task", "scale", "variant", "seed"]
     wide = rows.pivot_table(index=keys, columns="policy", values=["peak_acc", "terminal_acc"], aggfunc="mean")
-    cols = ["workflow", "task", "scale", "n_pairs", "diff_peak", "diff_peak_lo", "diff_peak_hi",
+    cols = ["workflow", "task", "scale", "variant", "n_pairs", "diff_peak", "diff_peak_lo", "diff_peak_hi",
             "diff_terminal", "diff_terminal_lo", "diff_terminal_hi"]
     if not {"shared", "isolated"} <= set(wide.columns.get_level_values(1)):
         return pd.DataFrame(columns=cols)
@@ -88,17 +88,17 @@ def isolated_vs_shared(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int =
     rng = np.random.default_rng(seed)
     out = []
 
-    def row(wf: str, task: str, scale: str, g: pd.DataFrame) -> dict:
-        r = {"workflow": wf, "task": task, "scale": scale, "n_pairs": len(g)}
+    def row(wf: str, task: str, scale: str, variant: str, g: pd.DataFrame) -> dict:
+        r = {"workflow": wf, "task": task, "scale": scale, "variant": variant, "n_pairs": len(g)}
         for m in ("peak", "terminal"):
             lo, hi = bootstrap_mean_ci(g[m].to_numpy(), rng, n_boot)
             r.update({f"diff_{m}": float(g[m].mean()), f"diff_{m}_lo": lo, f"diff_{m}_hi": hi})
         return r
 
-    for (wf, task, scale), g in diff.groupby(["workflow", "task", "scale"], sort=True):
-        out.append(row(wf, task, scale, g))
-    if len(diff):
-        out.append(row("all", "all", "all", diff))
+    for (wf, task, scale, variant), g in diff.groupby(["workflow", "task", "scale", "variant"], sort=True):
+        out.append(row(wf, task, scale, variant, g))
+    for variant, g in diff.groupby("variant", sort=True):
+        out.append(row("all", "all", "all", variant, g))
     return pd.DataFrame(out, columns=cols)
 
 
@@ -124,8 +124,8 @@ def variance_decomposition(summary: pd.DataFrame, factors: list[str] | None = No
     credited with the drop in residual sum of squares it brings; `residual` is what none explains.
     Multi-agent runs only (`single` has one policy, which would confound policy with workflow).
     """
-    factors = factors or ["workflow", "task", "scale", "policy"]
     rows = primary_rows(summary)
+    factors = factors or [f for f in CELL if f != "variant" or has_variants(rows)]
     rows = rows[rows["workflow"] != "single"].dropna(subset=GAINS)
     cols = ["term", "df"] + [f"{g}_{k}" for g in GAINS for k in ("ss", "share")]
     if len(rows) < 2:
@@ -160,24 +160,25 @@ def variance_decomposition(summary: pd.DataFrame, factors: list[str] | None = No
 
 
 def failure_signatures(summary: pd.DataFrame, signatures: pd.DataFrame) -> pd.DataFrame:
-    """Per workflow, policy and signature: runs ending in it, cliffs it names, mean onset step."""
-    cols = ["workflow", "policy", "signature", "n_runs", "n_cliffs_named", "onset_step_mean"]
+    """Per workflow, policy, variant and signature: runs ending in it, cliffs it names, mean onset step."""
+    cols = ["workflow", "policy", "variant", "signature", "n_runs", "n_cliffs_named", "onset_step_mean"]
     sig = signatures[~signatures["at_base"].astype(bool)] if len(signatures) and "at_base" in signatures \
-        else pd.DataFrame(columns=["run", "workflow", "policy", "signature", "onset_step"])
+        else pd.DataFrame(columns=["run", "workflow", "policy", "variant", "signature", "onset_step"])
+    sig = with_variant(sig)
     rows = primary_rows(summary)
-    named = rows[rows["cliff"].astype(bool)].groupby(["workflow", "policy", "cliff_cause"]).size() \
+    named = rows[rows["cliff"].astype(bool)].groupby(["workflow", "policy", "variant", "cliff_cause"]).size() \
         if len(rows) and "cliff_cause" in rows else pd.Series(dtype=float)
     out = []
-    for (wf, pol, name), g in sig.groupby(["workflow", "policy", "signature"], sort=True):
-        out.append({"workflow": wf, "policy": pol, "signature": name, "n_runs": g["run"].nunique(),
-                    "n_cliffs_named": int(named.get((wf, pol, name), 0)),
+    for (wf, pol, var, name), g in sig.groupby(["workflow", "policy", "variant", "signature"], sort=True):
+        out.append({"workflow": wf, "policy": pol, "variant": var, "signature": name, "n_runs": g["run"].nunique(),
+                    "n_cliffs_named": int(named.get((wf, pol, var, name), 0)),
                     "onset_step_mean": float(g["onset_step"].mean())})
-    for (wf, pol, name), n in named.items():
+    for (wf, pol, var, name), n in named.items():
         if name == "unexplained":
-            out.append({"workflow": wf, "policy": pol, "signature": "unexplained", "n_runs": int(n),
+            out.append({"workflow": wf, "policy": pol, "variant": var, "signature": "unexplained", "n_runs": int(n),
                         "n_cliffs_named": int(n), "onset_step_mean": np.nan})
     df = pd.DataFrame(out, columns=cols)
-    return df.sort_values(["workflow", "policy", "signature"], key=lambda s: s.map(workflow_rank)
+    return df.sort_values(["workflow", "policy", "variant", "signature"], key=lambda s: s.map(workflow_rank)
                           if s.name == "workflow" else s).reset_index(drop=True)
 
 
@@ -207,7 +208,8 @@ def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_table(df: pd.DataFrame, stem: str | Path, formats: tuple[str, ...] = ("csv", "md", "html")) -> list[Path]:
-    """The table as STEM.csv / .md / .html / .tex (floats to 3 decimals outside the csv)."""
+    """The table as STEM.csv / .md / .html / .tex (floats to 3 decimals outside the csv), `as_written`."""
+    df = as_written(df)
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = []

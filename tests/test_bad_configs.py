@@ -65,6 +65,8 @@ CASES: list[tuple[str, Callable[[Config], None], list[str]]] = [
     ("unknown launcher key", _set("launcher.poll_interval", 1), ["launcher.poll_interval: unknown key"]),
     ("job arrays without slurm", _set("launcher.array_window_s", 30), ["launcher.array_window_s", "'local'"]),
     ("analysis window zero", _set("analysis.smoothing_window", 0), ["analysis.smoothing_window", "0"]),
+    ("variant delta key typo", _set("matrices.paper_ablations.variants.per_role", {"training": {"reward_mod": "per_role"}}),
+     ["matrices.paper_ablations.variants.per_role.training.reward_mod: unknown key"]),
 ]
 
 

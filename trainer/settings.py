@@ -335,6 +335,8 @@ class RunSettings:
     scale: str = setting("tiny", "The scale (a key of config.yaml's scales).")
     policy: str = setting("shared", "shared: all roles update one policy; isolated: one per role.")
     seed: int = setting(0, "The run's seed (data order, sampling, initialisation).")
+    variant: str | None = setting(None, "The run's variant (a named config delta of its matrix), absent for a "
+                                        "plain run.")
     model: ModelSettings = setting(ModelSettings(), "The base model of the scale.")
     workflow_params: WorkflowSettings = setting(WorkflowSettings(), "The workflow's knobs.")
     task_params: TaskSettings = setting(TaskSettings(), "The task's data sources and limits.")

@@ -15,6 +15,7 @@ import yaml
 from trainer import settings
 from trainer.sweep import rundir
 from trainer.sweep.runid import RunId
+from trainer.sweep.variants import deep_merge, variant_delta, variant_problems, variant_runs
 
 # Sections that decide what a run computes; launcher and resources only decide where it runs,
 # so changing them must not invalidate a run's checkpoints.
@@ -121,6 +122,7 @@ def _check_references(config: dict[str, Any]) -> None:
         if m.get("single_baseline") and "single" not in config["workflows"]:
             problems.append(f"matrices.{name}.single_baseline: needs a `workflows.single` entry")
     problems += _workflow_problems(config)
+    problems += variant_problems(config)
     launcher = config.get("launcher", {})
     if launcher.get("array_window_s") is not None and launcher.get("backend", "local") != "slurm":
         problems.append(f"launcher.array_window_s: job arrays are SLURM submissions, and launcher.backend is "
@@ -203,7 +205,8 @@ def load_config(path: str | Path, schema_path: str | Path) -> dict[str, Any]:
 
 
 def expand_matrix(config: dict[str, Any], name: str | None = None) -> list[RunId]:
-    """All runs of a matrix (default: the one in use), each once, in a stable order."""
+    """All runs of a matrix (default: the one in use), each once, in a stable order: the plain runs, then
+    each variant's (trainer.sweep.variants)."""
     name = name or config["matrix"]
     m = config["matrices"][name]
     seeds = config.get("seeds") or m["seeds"]
@@ -211,7 +214,8 @@ def expand_matrix(config: dict[str, Any], name: str | None = None) -> list[RunId
             for p in m["policies"] for seed in seeds]
     if m.get("single_baseline", False):
         runs += [RunId("single", t, s, "shared", seed) for t in m["tasks"] for s in m["scales"] for seed in seeds]
-    return list(dict.fromkeys(runs))
+    runs = list(dict.fromkeys(runs))
+    return runs + variant_runs(config, name, runs)
 
 
 def _matches(match: dict[str, str], run: RunId) -> bool:
@@ -220,7 +224,8 @@ def _matches(match: dict[str, str], run: RunId) -> bool:
 
 
 def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
-    """Everything one run needs, with overrides applied: what the trainer reads from config.json."""
+    """Everything one run needs, with overrides and its variant's delta applied: what the trainer reads from
+    config.json (`variant` in it only where the run has one)."""
     scale = config["scales"][run.scale]
     workflows = copy.deepcopy(config["workflows"])
     tasks = copy.deepcopy(config["tasks"])
@@ -235,6 +240,11 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
             workflows.setdefault(name, {}).update(copy.deepcopy(entry))
         for name, entry in o.get("tasks", {}).items():
             tasks.setdefault(name, {}).update(copy.deepcopy(entry))
+    if run.variant:  # the variant's delta, deep-merged after the overrides
+        delta = variant_delta(config, run.variant)
+        workflows, tasks, training, resources = (
+            deep_merge(section, delta.get(name, {})) for name, section in
+            (("workflows", workflows), ("tasks", tasks), ("training", training), ("resources", resources)))
     task = tasks[run.task]
     if training.get("max_completion_length") is None:
         training["max_completion_length"] = task.get("max_completion_length",

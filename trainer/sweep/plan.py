@@ -20,9 +20,9 @@ from trainer.sweep.config import expand_matrix, resolve_run_config
 from trainer.sweep.cost import predict_run, rate_for, wall_time_s
 from trainer.sweep.measured import cpu_name, load_rates
 
-COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "device", "gpus", "cpus", "calls_per_step",
-           "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits", "source",
-           "actual_s", "actual_step_s", "predicted_over_actual"]
+COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "variant", "device", "gpus", "cpus",
+           "calls_per_step", "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits",
+           "source", "actual_s", "actual_step_s", "predicted_over_actual"]
 
 
 def run_device(run_config: dict[str, Any], gpu: str) -> str:
@@ -56,7 +56,7 @@ def plan_rows(config: dict[str, Any], results: str | Path, matrix: str | None = 
         predicted = predict_run(cfg, rate) if rate else {}
         actual_s, actual_step_s = actual_times(results / "runs" / str(run), results, str(run))
         rows.append({"run": str(run), "scale": run.scale, "workflow": run.workflow, "task": run.task,
-                     "policy": run.policy, "seed": run.seed, "device": device,
+                     "policy": run.policy, "seed": run.seed, "variant": run.variant or "", "device": device,
                      "gpus": cfg["resources"].get("gpus", 0), "cpus": cfg["resources"].get("cpus", 1), **predicted, "source": source,
                      "actual_s": actual_s, "actual_step_s": actual_step_s})
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
@@ -73,10 +73,12 @@ def default_parallel(df: pd.DataFrame, backend: str) -> int:
 
 
 def summary(df: pd.DataFrame, parallel: int) -> str:
-    """The plan as a person reads it: per scale, per workflow, in total; the runs that do not fit."""
+    """The plan as a person reads it: per scale, per workflow (per variant where any), in total; the runs that do
+    not fit."""
     lines = []
-    for by in ("scale", "workflow"):
-        g = df.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
+    named = df.assign(variant=df["variant"].replace("", "(none)"))
+    for by in ("scale", "workflow") + (("variant",) if (df["variant"] != "").any() else ()):
+        g = named.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
                                            gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)), step_s=("step_s", "mean"),
                                            not_fitting=("fits", lambda s: int((s == False).sum())))  # noqa: E712
         lines += [f"per {by}:", g.to_string(float_format=lambda v: f"{v:.2f}"), ""]
