@@ -1,0 +1,153 @@
+"""Evaluation as the study scores it (issue 21, evalk): k sampled episodes per eval problem.
+
+- planted episodes (a scripted policy answers each (problem, sample) right or wrong, scored by the real
+  math task) give the accuracy, the spread of the k per-sample accuracies and pass@k worked out by hand;
+- k = 1 keeps what eval.parquet always held (pass_at_k = accuracy, one episode per problem);
+- sharded over ranks, a problem's k samples stay on one rank and the gathered order is the one-process one;
+- k > 1 with greedy eval is an error naming the key; `eval_problems: all`, globally and per split;
+- one small end-to-end eval of a tiny model with k = 5: the row's columns agree with its own episodes;
+- the code task trains on DeepCoder's three subsets with unique ids, and evaluates on LiveCodeBench first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.conftest import ROOT
+from trainer.rl.distributed import Ranks
+from trainer.rl.evaluation import eval_metrics, run_split
+from trainer.settings import SettingsError, TrainingSettings, eval_problem_limit, task_settings
+from trainer.sweep.config import ConfigError, load_yaml, validate_config
+from trainer.tasks import Problem, get_task
+from trainer.workflows import Completion, make_workflow
+
+K = 5
+P = [Problem(id=f"p{i}", question=f"Calculate {i} + 1.", answer=str(i + 1),
+             demonstration=f"{i} + 1 = \\boxed{{{i + 1}}}", source="test") for i in range(4)]
+# planted correctness, problem x sample: one, none, all, and two of five samples right
+PLANTED = [[1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 1, 0, 1, 0]]
+
+
+class Planted:
+    """A fake policy: the generator answers the i-th prompt right or wrong as PLANTED says (problem-major)."""
+
+    def __init__(self, problems: list[Problem], plan: list[int]):
+        self.replies = [f"\\boxed{{{p.answer}}}" if right else "\\boxed{-7}" for p, right in zip(problems, plan)]
+
+    def __call__(self, role: str, prompts: list[str]) -> list[Completion]:
+        assert role == "generator" and len(prompts) <= len(self.replies)
+        out, self.replies = self.replies[:len(prompts)], self.replies[len(prompts):]
+        return [Completion(text) for text in out]
+
+
+@pytest.fixture(scope="module")
+def math_task():
+    task = get_task("math", workers=1)
+    yield task
+    task.close()
+
+
+def planted_split(math_task, problems, plan, k, ranks=None):
+    """run_split of the real single workflow under the planted policy (plan: problem-major flags)."""
+    ranks = ranks or Ranks.single()
+    mine = [p for p in ranks.shard(problems) for _ in range(k)]
+    lo = problems.index(mine[0]) * k if mine else 0
+    policy = Planted(mine, plan[lo:lo + len(mine)])
+    return run_split(make_workflow("single", {}, math_task), policy, ranks, problems, k)
+
+
+def test_planted_episodes_give_the_hand_computed_accuracy_spread_and_pass_at_k(math_task):
+    flat = [c for row in PLANTED for c in row]
+    episodes = planted_split(math_task, P, flat, K)
+    assert [ep.problem.id for ep in episodes] == [p.id for p in P for _ in range(K)]  # problem-major
+    assert [int(ep.correct) for ep in episodes] == flat  # the real scorer saw what was planted
+    row = eval_metrics([ep.correct for ep in episodes], K)
+    # by hand: 8 of 20 episodes right; per-sample accuracies over the 4 problems 2/4, 2/4, 1/4, 2/4, 1/4
+    per_sample = [0.5, 0.5, 0.25, 0.5, 0.25]
+    mean = sum(per_sample) / K
+    assert row["accuracy"] == pytest.approx(8 / 20) == pytest.approx(mean)
+    assert row["accuracy_std"] == pytest.approx(math.sqrt(sum((a - mean) ** 2 for a in per_sample) / (K - 1)))
+    assert row["accuracy_std"] == pytest.approx(math.sqrt(0.075 / 4))
+    assert row["pass_at_k"] == pytest.approx(3 / 4)  # problems 0, 2 and 3 have a right sample
+    assert (row["n"], row["k"], row["n_episodes"]) == (4, K, 20)
+
+
+def test_one_sample_is_the_old_eval_row(math_task):
+    plan = [1, 0, 1, 1]
+    episodes = planted_split(math_task, P, plan, 1)
+    row = eval_metrics([ep.correct for ep in episodes], 1)
+    assert row["accuracy"] == row["pass_at_k"] == sum(ep.correct for ep in episodes) / len(episodes) == 0.75
+    assert math.isnan(row["accuracy_std"]) and (row["n"], row["k"], row["n_episodes"]) == (4, 1, 4)
+
+
+class Gathered(Ranks):
+    """A rank whose all_gather returns its own share (the test concatenates the ranks' shares in order)."""
+
+    def all_gather(self, mine):
+        return list(mine)
+
+
+def test_sharded_eval_keeps_a_problems_samples_on_one_rank(math_task):
+    problems = P[:3]  # 3 problems over 2 ranks: 2 and 1
+    flat = [c for row in PLANTED[:3] for c in row]
+    shares = [planted_split(math_task, problems, flat, K, Gathered(r, 2, r)) for r in range(2)]
+    assert [len(s) for s in shares] == [2 * K, 1 * K]
+    gathered = shares[0] + shares[1]
+    assert [ep.problem.id for ep in gathered] == [p.id for p in problems for _ in range(K)]
+    assert eval_metrics([ep.correct for ep in gathered], K) == eval_metrics([bool(c) for c in flat], K)
+
+
+def test_metrics_refuse_a_ragged_batch():
+    with pytest.raises(ValueError, match="not a whole number of problems"):
+        eval_metrics([True] * 7, K)
+
+
+# -- settings -----------------------------------------------------------------------------------------
+
+def test_several_greedy_samples_are_an_error_naming_the_key():
+    with pytest.raises(SettingsError, match=r"training.eval_samples: 5 .* training.eval_temperature is 0"):
+        TrainingSettings(eval_samples=5, eval_temperature=0.0)
+    TrainingSettings(eval_samples=1, eval_temperature=0.0)  # one greedy sample: as before
+    TrainingSettings(eval_samples=5, eval_temperature=0.7)
+
+
+def test_greedy_samples_fail_validation_naming_the_runs():
+    config = load_yaml(ROOT / "config.yaml")
+    schema = load_yaml(ROOT / "rules/config.schema.yaml")
+    config["overrides"].append({"match": {"scale": "tiny", "task": "math"},
+                                "training": {"eval_samples": 3, "eval_temperature": 0}})
+    with pytest.raises(ConfigError, match=r"training.eval_samples: 3 .*\(runs: .*single-math-tiny-shared-s0"):
+        validate_config(config, schema)
+
+
+def test_eval_problems_all_globally_and_per_split():
+    assert eval_problem_limit(None, "all") is None and eval_problem_limit(None, 500) == 500
+    assert eval_problem_limit("all", 500) is None and eval_problem_limit(7, "all") == 7  # the split's own wins
+    assert [p for p in range(10)][:eval_problem_limit(None, "all")] == list(range(10))
+    with pytest.raises(SettingsError, match="training.eval_problems: 'some'"):
+        TrainingSettings(eval_problems="some")
+    task = task_settings({"train": {"source": "synthetic_functions", "size": 3},
+                          "eval": [{"name": "f", "source": "synthetic_functions", "size": 3, "eval_problems": "all"}]},
+                         "tasks.code")
+    assert task.eval[0].eval_problems == "all"
+    with pytest.raises(SettingsError, match=r"tasks.code.eval.0.eval_problems: 0"):
+        task_settings({"eval": [{"name": "f", "source": "synthetic_functions", "size": 3, "eval_problems": 0}]},
+                      "tasks.code")
+    with pytest.raises(SettingsError, match="tasks.code.train.eval_problems"):
+        task_settings({"train": {"source": "synthetic_functions", "size": 3, "eval_problems": 2}}, "tasks.code")
+
+
+def test_eval_problems_all_passes_the_schema_and_a_command_line_int_is_read_as_an_int():
+    schema = load_yaml(ROOT / "rules/config.schema.yaml")
+    config = load_yaml(ROOT / "config.yaml")
+    config["training"]["eval_problems"] = "all"
+    config["tasks"]["code"]["eval"][0]["eval_problems"] = "all"
+    validate_config(config, schema)
+    config["training"]["eval_problems"] = "40"  # as Snakemake's --config hands a nested value over
+    validate_config(config, schema)
+    assert config["training"]["eval_problems"] == 40
+    config["training"]["eval_problems"] = "most"
+    with pytest.raises(ConfigError, match="training.eval_problems"):
+        validate_config(config, schema)
