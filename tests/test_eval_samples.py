@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -151,3 +152,65 @@ def test_eval_problems_all_passes_the_schema_and_a_command_line_int_is_read_as_a
     config["training"]["eval_problems"] = "most"
     with pytest.raises(ConfigError, match="training.eval_problems"):
         validate_config(config, schema)
+
+
+# -- one small end-to-end eval ------------------------------------------------------------------------
+
+E2E_RUN = "single-math-tiny-shared-s0"
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory):
+    from tests.resilience import tiny_base_model
+
+    return json.loads(tiny_base_model(tmp_path_factory, workflows=("single",)).read_text())
+
+
+def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_model, monkeypatch):
+    """A tiny model evaluates 8 problems x 5 samples (the split's `eval_problems: all` over training's 2);
+    correctness is planted on each sampled text's hash (the 100-step model gets every sum wrong), and the
+    row's columns are recomputed from the episodes it was made of."""
+    import hashlib
+
+    import pandas as pd
+
+    import trainer.rl.train as train_module
+    from tests.resilience import tiny_run_config
+    from trainer.sweep import rundir
+    from trainer.sweep.launch import write_run_config
+    from trainer.tasks.base import Score
+
+    rc = tiny_run_config(E2E_RUN, {"eval_samples": K, "eval_problems": 2, "samples_per_eval": 3})
+    rc["task_params"]["eval"] = [{**rc["task_params"]["eval"][0], "size": 8, "eval_problems": "all"}]
+    write_run_config(rc, base_model, tmp_path)
+    trainer = train_module.Trainer(json.loads((tmp_path / "config.json").read_text()), tmp_path)
+
+    def planted(problems, completions):  # right when the text's hash is even: a fixed function of the sample
+        return [Score(float(hashlib.sha256(c.encode()).digest()[0] % 2 == 0), True, None) for c in completions]
+
+    monkeypatch.setattr(trainer.task, "score_batch", planted)
+    seen = []
+    real_run_split = train_module.run_split
+    monkeypatch.setattr(train_module, "run_split", lambda *a: seen.append(real_run_split(*a)) or seen[-1])
+    trainer.evaluate(0)
+    trainer.evaluate(0)  # the same step again: the same draws (the eval seed is the run's and the step's)
+    first, again = trainer.eval_rows
+    assert {k: v for k, v in first.items() if k != "time_s"} == pytest.approx(
+        {k: v for k, v in again.items() if k != "time_s"}, nan_ok=True)
+    episodes = seen[0]
+    ids = [ep.problem.id for ep in episodes]
+    assert len(set(ids)) == 8 and ids == [i for i in dict.fromkeys(ids) for _ in range(K)]  # 8 problems x 5
+    texts = [[ep.final_text for ep in episodes[i * K:(i + 1) * K]] for i in range(8)]
+    assert any(len(set(t)) > 1 for t in texts), "the 5 samples of every problem are the same text"
+    correct = [[ep.correct for ep in episodes[i * K:(i + 1) * K]] for i in range(8)]
+    assert 0 < sum(map(sum, correct)) < 40, "planting gave no spread"
+    per_sample = [sum(c[j] for c in correct) / 8 for j in range(K)]
+    assert (first["n"], first["k"], first["n_episodes"]) == (8, K, 40)
+    assert first["accuracy"] == pytest.approx(sum(map(sum, correct)) / 40) == pytest.approx(sum(per_sample) / K)
+    assert first["pass_at_k"] == pytest.approx(sum(any(c) for c in correct) / 8) and first["pass_at_k"] >= first["accuracy"]
+    mean = sum(per_sample) / K
+    assert first["accuracy_std"] == pytest.approx(math.sqrt(sum((a - mean) ** 2 for a in per_sample) / (K - 1)))
+    trainer.write_logs(tmp_path)
+    written = pd.read_parquet(tmp_path / rundir.EVAL_PARQUET)
+    assert list(written.columns[:len(rundir.EVAL_SCHEMA.names)]) == rundir.EVAL_SCHEMA.names
+    assert written.loc[0, "pass_at_k"] == first["pass_at_k"] and written.loc[0, "k"] == K
