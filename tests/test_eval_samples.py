@@ -214,3 +214,76 @@ def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_mo
     written = pd.read_parquet(tmp_path / rundir.EVAL_PARQUET)
     assert list(written.columns[:len(rundir.EVAL_SCHEMA.names)]) == rundir.EVAL_SCHEMA.names
     assert written.loc[0, "pass_at_k"] == first["pass_at_k"] and written.loc[0, "k"] == K
+
+
+# -- the study's code sources ---------------------------------------------------------------------------
+
+DATA = ROOT / "tests" / "data"
+DEEPCODER = "agentica-org/DeepCoder-Preview-Dataset"
+LCB = "livecodebench/code_generation_lite"
+
+
+def paper_code_run() -> dict:
+    from trainer.sweep.config import resolve_run_config
+    from trainer.sweep.runid import parse_run_id
+
+    config = load_yaml(ROOT / "config.yaml") | {"matrix": "paper"}
+    return resolve_run_config(config, parse_run_id("voting-code-qwen3-0.6b-shared-s0"))
+
+
+@pytest.fixture
+def fixture_hub(monkeypatch):
+    """datasets.load_dataset served from tests/data (each source's real row format); records the calls."""
+    import datasets
+
+    files = {(DEEPCODER, n): f"deepcoder_{n}.jsonl" for n in ("primeintellect", "taco", "lcbv5")}
+    files[(LCB, None)] = "livecodebench.jsonl"
+    calls = []
+
+    def load_dataset(path, name=None, split=None, **kw):
+        calls.append((path, name))
+        rows = [json.loads(line) for line in (DATA / files[(path, name)]).read_text().splitlines() if line.strip()]
+        return datasets.Dataset.from_list(rows)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls
+
+
+def test_the_code_task_trains_on_three_deepcoder_subsets_with_unique_ids(fixture_hub):
+    from trainer.tasks import load_problems
+
+    rc = paper_code_run()
+    train = rc["task_params"]["train"]
+    assert train["path"] == DEEPCODER and train["config_name"] == ["primeintellect", "taco", "lcbv5"]
+    problems = load_problems("code", train, "train")
+    assert fixture_hub == [(DEEPCODER, "primeintellect"), (DEEPCODER, "taco"), (DEEPCODER, "lcbv5")]
+    assert len(problems) == 6 and len({p.id for p in problems}) == 6  # row indices 0, 1 in each subset
+    assert {p.id.rsplit("/", 2)[1] for p in problems} == {"primeintellect", "taco", "lcbv5"}
+    assert all(p.id.startswith(f"{DEEPCODER}/") for p in problems)
+
+
+def test_the_paper_code_eval_is_livecodebench_then_humaneval_with_all_problems_and_five_samples(fixture_hub):
+    from trainer.tasks import load_problems
+
+    rc = paper_code_run()
+    assert [s["name"] for s in rc["task_params"]["eval"]] == ["livecodebench", "humaneval"]
+    assert rc["training"]["eval_problems"] == "all" and rc["training"]["eval_samples"] == 5
+    lcb = load_problems("code", rc["task_params"]["eval"][0], "eval")
+    rows = [json.loads(line) for line in (DATA / "livecodebench.jsonl").read_text().splitlines() if line.strip()]
+    assert [p.id for p in lcb] == [f"{LCB}/{r['question_id']}" for r in rows]
+    assert json.loads(lcb[0].answer)["cases"]  # public and private tests parsed
+
+
+def test_prefetch_prepares_every_configuration_a_run_reads(monkeypatch, fixture_hub):
+    from huggingface_hub import constants
+
+    from trainer.sweep.prefetch import dataset_config_names, hf_dataset_specs, prepare_dataset
+
+    specs = list(hf_dataset_specs(paper_code_run()["task_params"]))
+    assert [s["path"] for s in specs] == [DEEPCODER, LCB]
+    names = dataset_config_names(specs, DEEPCODER)
+    assert names == ["primeintellect", "taco", "lcbv5"] and dataset_config_names(specs, LCB) == []
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    prepare_dataset(DEEPCODER, "c" * 40, names)
+    prepare_dataset(LCB, "d" * 40, [])
+    assert fixture_hub == [(DEEPCODER, n) for n in names] + [(LCB, None)]
