@@ -287,3 +287,29 @@ def test_prefetch_prepares_every_configuration_a_run_reads(monkeypatch, fixture_
     prepare_dataset(DEEPCODER, "c" * 40, names)
     prepare_dataset(LCB, "d" * 40, [])
     assert fixture_hub == [(DEEPCODER, n) for n in names] + [(LCB, None)]
+
+
+# -- the cost plan ------------------------------------------------------------------------------------------
+
+def test_the_plan_multiplies_eval_cost_by_k_and_states_the_sizes_it_assumes(tmp_path):
+    import copy
+
+    from trainer.sweep.cost import ASSUMED_EVAL_PROBLEMS, assumed_splits, eval_episodes, predict_run
+    from trainer.sweep.plan import plan_rows, summary
+
+    rc = paper_code_run()  # livecodebench (all, size unknown) and humaneval (all: its 164), 5 samples each
+    assert assumed_splits(rc) == ["livecodebench"]
+    assert eval_episodes(rc) == 5 * (ASSUMED_EVAL_PROBLEMS + 164)
+    one = copy.deepcopy(rc)
+    one["training"]["eval_samples"] = 1
+    rate = {"generate_tokens_per_s": 1000.0, "update_tokens_per_s": 1000.0}
+    assert predict_run(rc, rate)["eval_s"] == pytest.approx(5 * predict_run(one, rate)["eval_s"])
+    one["task_params"]["eval"][0]["eval_problems"] = 200  # a split's own limit: nothing assumed
+    assert assumed_splits(one) == [] and eval_episodes(one) == 200 + 164
+    config = load_yaml(ROOT / "config.yaml")
+    df = plan_rows(config, tmp_path, matrix="paper", rates=[])
+    text = summary(df, 1)
+    assert f"ASSUMED to hold {ASSUMED_EVAL_PROBLEMS} problems" in text and "code: livecodebench" in text
+    assert "math: dapo_holdout, aime2025" in text  # the holdout and AIME's size are unknown before reading too
+    demo = plan_rows(config, tmp_path, matrix="demo", rates=[])
+    assert set(demo["eval_assumed"]) == {""}  # the demo's splits say their size
