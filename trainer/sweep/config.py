@@ -177,7 +177,8 @@ def _policy_group_problems(config: dict[str, Any]) -> list[str]:
 
 def _run_settings_problems(config: dict[str, Any]) -> list[str]:
     """The checks across keys of trainer.settings (e.g. eval_samples > 1 needs sampling) on each run's
-    resolved training and task settings, before any job: each message once, with the runs it concerns."""
+    resolved training and task settings, each message once with the runs it concerns; and every task entry
+    of `tasks` and of the overrides on its own (e.g. eval_problems on a train source), before any job."""
     runs_of: dict[str, list[str]] = {}
     for run in expand_matrix(config):
         run_config = resolve_run_config(config, run)
@@ -186,7 +187,16 @@ def _run_settings_problems(config: dict[str, Any]) -> list[str]:
             settings.task_settings(run_config["task_params"], f"tasks.{run.task}")
         except settings.SettingsError as e:
             runs_of.setdefault(str(e), []).append(str(run))
-    return [f"{message} (runs: {', '.join(runs)})" for message, runs in runs_of.items()]
+    problems = [f"{message} (runs: {', '.join(runs)})" for message, runs in runs_of.items()]
+    sections = [("tasks", config["tasks"])] + [(f"overrides[{i}].tasks", o.get("tasks") or {})
+                                               for i, o in enumerate(config.get("overrides", []))]
+    for where, tasks in sections:  # every task entry, whether a run of this matrix reads it or not
+        for name, task in tasks.items():
+            try:
+                settings.task_settings(task, f"{where}.{name}")
+            except settings.SettingsError as e:
+                problems.append(str(e))
+    return problems
 
 
 def _workflow_problems(config: dict[str, Any]) -> list[str]:
