@@ -313,3 +313,15 @@ def test_the_plan_multiplies_eval_cost_by_k_and_states_the_sizes_it_assumes(tmp_
     assert "math: dapo_holdout, aime2025" in text  # the holdout and AIME's size are unknown before reading too
     demo = plan_rows(config, tmp_path, matrix="demo", rates=[])
     assert set(demo["eval_assumed"]) == {""}  # the demo's splits say their size
+
+
+def test_eval_rows_from_before_eval_samples_read_as_one_sample():
+    """A checkpoint's eval rows written before the k-sample columns (a run resumed across the upgrade)."""
+    from trainer.sweep import rundir
+
+    old = {"step": 0, "split": "s", "accuracy": 0.25, "n": 8, "final_answer_parse_rate": 1.0, "time_s": 1.0}
+    new = {**old, "step": 2, **eval_metrics([True, False, False, False], 1)}
+    rows = [rundir.with_eval_samples(r) for r in (old, new)]
+    assert rows[1] == new and (rows[0]["k"], rows[0]["n_episodes"], rows[0]["pass_at_k"]) == (1, 8, 0.25)
+    table = rundir.to_table(rows, rundir.EVAL_SCHEMA).to_pandas()
+    assert list(table["k"]) == [1, 1] and table["accuracy_std"].isna().all()
