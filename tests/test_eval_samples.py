@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +99,36 @@ def test_sharded_eval_keeps_a_problems_samples_on_one_rank(math_task):
     gathered = shares[0] + shares[1]
     assert [ep.problem.id for ep in gathered] == [p.id for p in problems for _ in range(K)]
     assert eval_metrics([ep.correct for ep in gathered], K) == eval_metrics([bool(c) for c in flat], K)
+
+
+def gloo_eval_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One rank of a real gloo group: its share of the planted eval, gathered; rank 0 saves what it holds."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    task = get_task("math", workers=1)
+    try:
+        flat = [c for row in PLANTED[:3] for c in row]
+        episodes = planted_split(task, P[:3], flat, K, Ranks(rank, world, rank))
+        if rank == 0:
+            Path(out).write_text(json.dumps([[ep.problem.id, ep.correct] for ep in episodes]))
+    finally:
+        task.close()
+        dist.destroy_process_group()
+
+
+def test_a_two_process_eval_gathers_the_one_process_episodes(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "gathered.json"
+    mp.spawn(gloo_eval_worker, args=(2, port, str(out)), nprocs=2, join=True)
+    flat = [bool(c) for row in PLANTED[:3] for c in row]
+    assert json.loads(out.read_text()) == [[p.id, c] for p, c in zip([p for p in P[:3] for _ in range(K)], flat)]
 
 
 def test_metrics_refuse_a_ragged_batch():
