@@ -251,7 +251,7 @@ def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_mo
 
 DATA = ROOT / "tests" / "data"
 DEEPCODER = "agentica-org/DeepCoder-Preview-Dataset"
-LCB = "livecodebench/code_generation_lite"
+LCB = "lighteval/code_generation_lite"
 
 
 def paper_code_run() -> dict:
@@ -268,7 +268,7 @@ def fixture_hub(monkeypatch):
     import datasets
 
     files = {(DEEPCODER, n): f"deepcoder_{n}.jsonl" for n in ("primeintellect", "taco", "lcbv5")}
-    files[(LCB, None)] = "livecodebench.jsonl"
+    files[(LCB, "v4_v5")] = "livecodebench.jsonl"
     calls = []
 
     def load_dataset(path, name=None, split=None, **kw):
@@ -313,11 +313,11 @@ def test_prefetch_prepares_every_configuration_a_run_reads(monkeypatch, fixture_
     specs = list(hf_dataset_specs(paper_code_run()["task_params"]))
     assert [s["path"] for s in specs] == [DEEPCODER, LCB]
     names = dataset_config_names(specs, DEEPCODER)
-    assert names == ["primeintellect", "taco", "lcbv5"] and dataset_config_names(specs, LCB) == []
+    assert names == ["primeintellect", "taco", "lcbv5"] and dataset_config_names(specs, LCB) == ["v4_v5"]
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     prepare_dataset(DEEPCODER, "c" * 40, names)
-    prepare_dataset(LCB, "d" * 40, [])
-    assert fixture_hub == [(DEEPCODER, n) for n in names] + [(LCB, None)]
+    prepare_dataset(LCB, "d" * 40, ["v4_v5"])
+    assert fixture_hub == [(DEEPCODER, n) for n in names] + [(LCB, "v4_v5")]
 
 
 # -- the cost plan ------------------------------------------------------------------------------------------

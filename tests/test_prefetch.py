@@ -46,6 +46,7 @@ def test_prefetch_precedes_train_and_train_jobs_run_offline(slurm_profile_instal
     assert len(re.findall(r"^rule prefetch_dataset:", out, re.MULTILINE)) == 4, out[:3000]
     assert ("--dataset agentica-org/DeepCoder-Preview-Dataset --config-name primeintellect --config-name taco "
             "--config-name lcbv5 --out") in out
+    assert "--dataset lighteval/code_generation_lite --config-name v4_v5 --out" in out
     train = re.search(rf"^rule train:\n(?:\s+\S.*\n)*?\s+input: (.*)\n(?:\s+\S.*\n)*?\s+wildcards: run={RUN}\n",
                       out, re.MULTILINE)
     assert train, out[:3000]
