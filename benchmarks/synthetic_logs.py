@@ -115,10 +115,10 @@ def _eval_frame(steps: int, eval_every: int, accuracy: Callable[[float], float],
     eval_steps = list(range(0, steps + 1, eval_every))
     if eval_steps[-1] != steps:
         eval_steps.append(steps)
-    return pd.DataFrame([{"step": x, "split": sp, "accuracy": accuracy(x), "n": 200,
-                          "final_answer_parse_rate": parse_rate(x) if parse_rate else 1.0, "time_s": 1.0,
-                          **{k: f(x) for k, f in (diagnostics or {}).items()}}
-                         for x in eval_steps for sp in splits])
+    return pd.DataFrame([rundir.with_eval_samples({
+        "step": x, "split": sp, "accuracy": accuracy(x), "n": 200,
+        "final_answer_parse_rate": parse_rate(x) if parse_rate else 1.0, "time_s": 1.0,
+        **{k: f(x) for k, f in (diagnostics or {}).items()}}) for x in eval_steps for sp in splits])
 
 
 def _unit(run: str, salt: str) -> float:

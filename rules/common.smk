@@ -18,7 +18,12 @@ from trainer.sweep.config import (
 )
 from trainer.sweep.launch import rerun_trigger_items
 from trainer.sweep.preflight import check_matrix
-from trainer.sweep.prefetch import dataset_key, hf_dataset_specs, needs_model_prefetch
+from trainer.sweep.prefetch import (
+    dataset_config_names,
+    dataset_key,
+    hf_dataset_specs,
+    needs_model_prefetch,
+)
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.sweep.cost import run_turns
 
@@ -78,15 +83,23 @@ def prefetch_inputs(wildcards):
     return sorted(set(files))
 
 
+def hub_dataset_specs():
+    """Every hub dataset spec of the matrix's runs."""
+    return [s for r in RUNS for s in hf_dataset_specs(resolve_run_config(config, parse_run_id(r))["task_params"])]
+
+
 def hub_dataset_id(wildcards):
     """The dataset id of a prefetch_dataset job (its file name spells `/` as `--`)."""
-    ids = {
-        s["path"] for r in RUNS for s in hf_dataset_specs(resolve_run_config(config, parse_run_id(r))["task_params"])
-    }
-    found = [i for i in ids if dataset_key(i) == wildcards.dataset]
+    found = [i for i in {s["path"] for s in hub_dataset_specs()} if dataset_key(i) == wildcards.dataset]
     if not found:
         raise ValueError(f"prefetch_dataset: no hub dataset of the matrix is spelled {wildcards.dataset!r}")
     return shlex.quote(found[0])
+
+
+def hub_dataset_configs(wildcards):
+    """`--config-name` arguments of a prefetch_dataset job: every configuration of the dataset a run reads."""
+    names = dataset_config_names(hub_dataset_specs(), shlex.split(hub_dataset_id(wildcards))[0])
+    return " ".join(f"--config-name {shlex.quote(n)}" for n in names)
 
 
 def run_config_arg(wildcards, output):

@@ -49,8 +49,9 @@ rule prefetch_dataset:
         "../envs/trainer.yaml"
     params:
         dataset=hub_dataset_id,
+        configs=hub_dataset_configs,
     shell:
-        "python -m trainer prefetch --dataset {params.dataset} --out {output} 2>&1 | tee {log}"
+        "python -m trainer prefetch --dataset {params.dataset} {params.configs} --out {output} 2>&1 | tee {log}"
 
 
 rule train:

@@ -39,6 +39,13 @@ def _drop(path: str) -> Callable[[Config], None]:
     return mutate
 
 
+def _tiny_training(**values: Any) -> Callable[[Config], None]:
+    """A mutation that sets `values` in the tiny scale's override (the demo's runs), where the demo reads them."""
+    def mutate(config: Config) -> None:
+        next(o for o in config["overrides"] if o["match"] == {"scale": "tiny"})["training"].update(values)
+    return mutate
+
+
 HF_TRAIN = "tasks.math.train"
 # (case id, mutation of config.yaml, fragments the error must contain)
 CASES: list[tuple[str, Callable[[Config], None], list[str]]] = [
@@ -67,6 +74,11 @@ CASES: list[tuple[str, Callable[[Config], None], list[str]]] = [
     ("analysis window zero", _set("analysis.smoothing_window", 0), ["analysis.smoothing_window", "0"]),
     ("variant delta key typo", _set("matrices.paper_ablations.variants.per_role", {"training": {"reward_mod": "per_role"}}),
      ["matrices.paper_ablations.variants.per_role.training.reward_mod: unknown key"]),
+    ("eval_problems neither int nor all", _set("training.eval_problems", "most"), ["training.eval_problems", "'most'"]),
+    ("split eval_problems zero", _set("tasks.math.eval.1.eval_problems", 0), ["tasks.math.eval.1.eval_problems", "0"]),
+    ("eval_problems on the train source", _set(f"{HF_TRAIN}.eval_problems", "all"), [f"{HF_TRAIN}.eval_problems"]),
+    ("several greedy eval samples", _tiny_training(eval_samples=3, eval_temperature=0),
+     ["training.eval_samples: 3", "training.eval_temperature is 0", "voting-math-tiny-shared-s0"]),
 ]
 
 

