@@ -69,18 +69,19 @@ def model_card(config: dict[str, Any], which: str, facts: dict[str, Any], polici
     training = config.get("training", {})
     finetune = training.get("finetune", default_of(TrainingSettings, "finetune"))
     roles = config.get(rundir.ROLES_KEY) or []
-    smoothed = f" (smoothed over {facts['smoothed']:.4f})" if "smoothed" in facts else ""
+    smoothed = f" (smoothed peak {facts['smoothed']:.4f})" if "smoothed" in facts else ""
+    base = (config.get("base_model") or {}).get("path", config["model"]["name"])
     lines = [f"# {config['run']}: the {which} model", "",
              f"- run: `{config['run']}` (config hash `{config.get('config_hash')}`)",
              f"- step: {facts['step']} of {training.get('max_steps')}",
              f"- accuracy: {facts['accuracy']:.4f} on eval split `{facts['split']}`{smoothed}",
-             f"- base model: `{(config.get('base_model') or {}).get('path', config['model']['name'])}`",
+             f"- base model: `{base}`",
              f"- policy: {config['policy']}; roles: {', '.join(roles) or '(not recorded)'}",
              f"- finetune: {finetune}; one folder per policy: {', '.join(policies)}", ""]
     if finetune == "lora":
         lines += ["Load a policy with PEFT on the base model:", "", "```python",
                   "from peft import PeftModel", "from transformers import AutoModelForCausalLM", "",
-                  "base = AutoModelForCausalLM.from_pretrained(BASE_MODEL)",
+                  f"base = AutoModelForCausalLM.from_pretrained({base!r})",
                   f"model = PeftModel.from_pretrained(base, 'OUT/{policies[0]}')", "```", ""]
     else:
         lines += [f"Load a policy with `AutoModelForCausalLM.from_pretrained('OUT/{policies[0]}')`.", ""]
