@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -174,3 +175,47 @@ def test_export_errors_name_the_problem(tmp_path, capsys, run_dir):
     (tmp_path / "full" / "f").write_text("")
     code, err = export(run_dir, out=tmp_path / "full")
     assert code == 1 and "not empty" in err
+
+
+class FakePolicies:
+    """Stands in for PolicySet: save writes which weights were current."""
+
+    def __init__(self):
+        self.weights = "w0"
+
+    def save(self, directory: str) -> None:
+        Path(directory, "generator").mkdir(parents=True)
+        Path(directory, "generator", "w").write_text(self.weights)
+
+
+def test_peak_keeper_moves_with_the_peak_and_a_resume_restores_the_checkpoints_peak(tmp_path):
+    from trainer.rl.peak_keeper import PeakKeeper
+
+    work, policies, rows = tmp_path / "work", FakePolicies(), []
+    keeper = PeakKeeper(work, "s", window=1)
+
+    def eval_at(step, acc):
+        policies.weights = f"w{step}"
+        rows.append({"step": step, "split": "s", "accuracy": acc})
+        rows.append({"step": step, "split": "other", "accuracy": 1.0})  # not the primary split: ignored
+        keeper.observe(rows, step, policies)
+
+    def kept():
+        return [(p.name, (p / "policies" / "generator" / "w").read_text()) for p in sorted((work / "peak").iterdir())]
+
+    eval_at(0, 0.2)
+    eval_at(1, 0.5)
+    assert kept() == [("step-000001", "w1")]
+    keeper.link_into(tmp_path / "ckpt1")  # a checkpoint after step 1
+    eval_at(2, 0.4)  # below the peak: nothing moves
+    eval_at(3, 0.6)
+    assert kept() == [("step-000003", "w3")] and keeper.current["accuracy"] == 0.6
+    # killed after step 3; resumed from the checkpoint of step 1: its peak, not the newer one
+    resumed = PeakKeeper(work, "s", window=1)
+    resumed.restore(tmp_path / "ckpt1")
+    assert kept() == [("step-000001", "w1")] and resumed.current["step"] == 1
+    published = resumed.publish(tmp_path / "run")
+    assert published["path"] == "peak/policies" and published["step"] == 1
+    assert (tmp_path / "run" / published["path"] / "generator" / "w").read_text() == "w1"
+    resumed.restore(None)  # a fresh start keeps no peak
+    assert kept() == [] and resumed.publish(tmp_path / "run2") is None
