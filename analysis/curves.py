@@ -1,7 +1,8 @@
 """One accuracy curve summarised: base, peak (smoothed), terminal, gains and the cliff detector.
 
-DESIGN.md's definitions (the smoothed peak is trainer/sweep/peak.py's, shared with the trainer): `summarize_curve` for one curve, `curve_rows` for every eval split of
-a checked run (with each gain's noise floor).
+DESIGN.md's definitions: `summarize_curve` for one curve, `curve_rows` for every eval split of
+a checked run (with each gain's noise floor). The smoothed peak is trainer/sweep/peak.py's (through
+the run-directory contract), the one the trainer keeps the checkpoint of.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ def test_smooth_is_the_trailing_nan_ignoring_mean_the_analysis_used():
     values = rng.random(40)
     values[[3, 4, 17]] = np.nan
     for window in (1, 2, 3, 5):
-        expected = pd.Series(values).rolling(window, min_periods=1).mean().to_numpy(copy=True)  # the analysis' former code
+        # the analysis' former code
+        expected = pd.Series(values).rolling(window, min_periods=1).mean().to_numpy(copy=True)
         expected[np.isnan(values)] = np.nan
         np.testing.assert_allclose(smooth(values.tolist(), window), expected, rtol=1e-12, equal_nan=True)
 
