@@ -1,5 +1,5 @@
 """The peak model kept (issue 21): one smoothed-peak definition for trainer and analysis; a tiny run
-whose accuracy peaks and then falls keeps its peak policies, across a resume; `python -m trainer
+whose accuracy peaks and then falls keeps its peak policies, across a SIGKILL and resume; `python -m trainer
 export --which peak` writes adapters that, loaded with PEFT on the base model, reproduce the peak eval.
 
 The tiny run: single-workflow math, Isolated-Policy, warm-started 300 steps on the single format
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,8 @@ import pandas as pd
 import pytest
 
 from analysis.curves import summarize_curve
-from tests.resilience import tiny_base_model, tiny_run_config
+from tests.resilience import (assert_same_logs, progress_step, published_logs, start_trainer, tiny_base_model,
+                              tiny_run_config, wait_for)
 from trainer.__main__ import main as trainer_main
 from trainer.rl.run import run_training
 from trainer.sweep import rundir
@@ -140,18 +143,21 @@ def test_exported_peak_adapters_reproduce_the_peak_eval(run_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_peak_survives_a_resume(run_dir, tmp_path, base_model):
-    b = train(tmp_path / RUN, base_model)
-    # b dies after its step-4 checkpoint, its work/peak lost too: the checkpoint's link restores the peak
-    shutil.rmtree(b / "work" / "checkpoints" / "step-000006")
-    shutil.rmtree(b / "work" / "peak")
-    shutil.rmtree(b / "peak")
-    (b / rundir.DONE_JSON).unlink()
-    run_training(b)
+def test_the_peak_survives_a_kill_and_resume(run_dir, tmp_path, base_model):
+    b = tmp_path / RUN
+    write_run_config(tiny_run_config(RUN, SCHEDULE), base_model, b)
+    log = tmp_path / "train.log"
+    proc = start_trainer(b, log, TRAINER_TEST_PAUSE_AT="step", TRAINER_TEST_PAUSE_S="1.5")
+    wait_for(lambda: progress_step(b) >= 3, proc, 300, "step 3", log)  # past the peak (step 1) and step-2's checkpoint
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert [p.name for p in rundir.checkpoints(b / rundir.WORK_DIR)] == ["step-000002"]
+    run_training(b)  # resumes from step 2
     peak_a = json.loads((run_dir / rundir.DONE_JSON).read_text())["peak"]
     assert json.loads((b / rundir.DONE_JSON).read_text())["peak"] == peak_a
     adapter = "peak/policies/generator/adapter_model.safetensors"
     assert (b / adapter).read_bytes() == (run_dir / adapter).read_bytes()
+    assert_same_logs(published_logs(b), published_logs(run_dir))
 
 
 @pytest.mark.slow
