@@ -1,7 +1,8 @@
 """One accuracy curve summarised: base, peak (smoothed), terminal, gains and the cliff detector.
 
 DESIGN.md's definitions: `summarize_curve` for one curve, `curve_rows` for every eval split of
-a checked run (with each gain's noise floor).
+a checked run (with each gain's noise floor). The smoothed peak is trainer/sweep/peak.py's (through
+the run-directory contract), the one the trainer keeps the checkpoint of.
 """
 
 from __future__ import annotations
@@ -10,21 +11,13 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.names import run_axes
 from analysis.runs import RunLogs
 from analysis.settings import AnalysisSettings
+from trainer.sweep import rundir
 
-__all__ = ["smooth", "summarize_curve", "curve_rows"]
-
-
-def smooth(values: np.ndarray, window: int) -> np.ndarray:
-    """Trailing moving average over `window` evals, ignoring NaNs (a NaN eval stays NaN)."""
-    s = pd.Series(values, dtype=float)
-    out = s.rolling(window, min_periods=1).mean().to_numpy(copy=True)
-    out[np.isnan(values)] = np.nan
-    return out
+__all__ = ["summarize_curve", "curve_rows"]
 
 
 def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int = 1, terminal_k: int = 3,
@@ -44,9 +37,9 @@ def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int
     if not valid.any():
         return out
     base = acc[0] if steps[0] == 0 and valid[0] else nan
-    smoothed = smooth(acc, smoothing_window)
-    peak_i = int(np.nanargmax(smoothed))
-    peak = float(smoothed[peak_i])
+    # the smoothed peak as the trainer keeps its checkpoint (trainer/sweep/peak.py, via the run-dir contract)
+    top = rundir.curve_peak(steps.tolist(), acc.tolist(), smoothing_window)
+    peak_i, peak = top["index"], top["smoothed"]
     terminal = float(np.mean(acc[valid][-terminal_k:]))
     out.update(base_acc=float(base), peak_acc=peak, peak_step=float(steps[peak_i]), terminal_acc=terminal,
                gain_peak=peak - base, gain_terminal=terminal - base)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.signatures import DEFAULT_THRESHOLDS
+from trainer.sweep import rundir
 
 
 def _setting(default: Any, help: str) -> Any:  # noqa: A002 (the dataclass-field `help` convention of TRL)
@@ -23,7 +24,8 @@ def _setting(default: Any, help: str) -> Any:  # noqa: A002 (the dataclass-field
 class AnalysisSettings:
     """Metric definitions of the analysis (DESIGN.md), with the study's values as defaults."""
 
-    smoothing_window: int = _setting(2, "Evals in the trailing moving average for the peak: one noisy eval is no peak.")
+    smoothing_window: int = _setting(rundir.SMOOTHING_WINDOW, "Evals in the trailing moving average for the peak: "
+                                                              "one noisy eval is no peak (the trainer keeps it).")
     terminal_k: int = _setting(3, "terminal_acc is the mean of the last k evals.")
     cliff_drop: float = _setting(0.1, "A cliff: peak - terminal >= cliff_drop, sustained to the end.")
     capture_share: float = _setting(0.6, "A shared policy is captured when one role holds this share of its "

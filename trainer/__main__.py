@@ -7,6 +7,7 @@
     python -m trainer runs [--config config.yaml] [--matrix paper]
     python -m trainer status [--config-file config.yaml] [--config matrix=paper] [--json]
     python -m trainer score --task math|code FILE.jsonl
+    python -m trainer export --run-dir results/runs/RUN --which peak|last --out DIR
     python -m trainer install-profile      # makes `snakemake --profile slurm` work from the repo root
 """
 
@@ -52,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_prefetch_parser(sub)
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
+    p = sub.add_parser("export", help="write a finished run's peak or last policies (PEFT adapters or full models) "
+                                      "with a model card")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--which", required=True, help="peak (done.json's peak model) or last (the last step's)")
+    p.add_argument("--out", required=True, help="a new folder: one subfolder per policy and README.md")
     p = sub.add_parser("runs", help="list the run ids of a matrix")
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--schema", default=None, help="default: rules/config.schema.yaml beside the config")
@@ -173,6 +179,19 @@ def train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_command(args: argparse.Namespace) -> int:
+    """`python -m trainer export`: a finished run's peak or last policies; 1 with the reason when it cannot."""
+    from trainer.sweep.export import ExportError, export
+
+    try:
+        written = export(args.run_dir, args.which, args.out)
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(str(p) for p in written))
+    return 0
+
+
 def install_profile_command(args: argparse.Namespace) -> int:
     """`python -m trainer install-profile`: link a Snakemake profile where Snakemake looks."""
     from trainer.sweep.profiles import install_profile
@@ -273,6 +292,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "launch": launch_command,
     "prefetch": prefetch_command,
     "train": train_command,
+    "export": export_command,
     "install-profile": install_profile_command,
     "status": status_command,
     "plan": plan_command,

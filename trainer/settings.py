@@ -19,6 +19,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from trainer.sweep.peak import SMOOTHING_WINDOW
+
 T = TypeVar("T")
 
 
@@ -375,6 +377,9 @@ class RunSettings:
     tracking: TrackingSettings = setting(TrackingSettings(), "The optional experiment tracker (unhashed).")
     base_model: dict[str, Any] | None = setting(None, "model.json of the base model build (path, facts).")
     config_hash: str | None = setting(None, "Content hash of the hashed view (trainer.sweep.config.config_hash).")
+    peak_smoothing_window: int = setting(SMOOTHING_WINDOW, "Evals in the smoothing of the peak the trainer keeps: "
+                                         "config.yaml's analysis.smoothing_window, recorded where not the default "
+                                         "(unhashed).")
     roles: list[str] = setting([], "The workflow's roles, as launch records them for the analysis (unhashed).")
     parallel_role: dict[str, Any] | None = setting(None, "The role with parallel agents on one prompt and their "
                                                          "number ({role, agents}), or None (unhashed).")

@@ -26,6 +26,14 @@ LOGS = {"train": rundir.TRAIN_PARQUET, "eval": rundir.EVAL_PARQUET, "samples": r
         "warnings": rundir.WARNINGS_PARQUET}
 
 
+def write_run_logs(directory: Path, rows: dict[str, list[dict[str, Any]]]) -> None:
+    """Each log (LOGS' names: train, eval, samples, warnings) of `rows` as parquet in `directory`, atomically."""
+    schemas = {"train": rundir.TRAIN_SCHEMA, "eval": rundir.EVAL_SCHEMA, "samples": rundir.SAMPLES_SCHEMA,
+               "warnings": rundir.WARNINGS_SCHEMA}
+    for name, file in LOGS.items():
+        rundir.write_parquet_atomic(rundir.to_table(rows[name], schemas[name]), directory / file)
+
+
 class ResumeError(RuntimeError):
     """A run cannot resume from its checkpoint (the config changed)."""
 

@@ -26,8 +26,9 @@ import torch
 from trainer.rl import early_warning, tracking
 from trainer.rl.distributed import Ranks, device_of, rank_seed
 from trainer.rl.evaluation import eval_metrics, run_split
-from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint
+from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
 from trainer.rl.grpo import assign_rewards_and_advantages
+from trainer.rl.peak_keeper import PeakKeeper
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
@@ -107,6 +108,8 @@ class Trainer:
         self.sample_rows: list[dict[str, Any]] = []
         self.warning_rows: list[dict[str, Any]] = []  # early warnings (early_warning.py): warnings.parquet
         self.warning_thresholds = early_warning.thresholds_of(self.cfg["training"])
+        self.peak = PeakKeeper(self.work, next(iter(self.eval_splits)), self.settings.peak_smoothing_window,
+                               enabled=self.ranks.is_main)  # the policies at the best smoothed eval so far
         # the optional tracker mirrors the rows after each checkpoint and at publish (rank 0's alone)
         self.tracker = tracking.Tracker(self.cfg if self.ranks.is_main else {**self.cfg, "tracking": {}},
                                         self.run_dir, self.log)
@@ -239,6 +242,7 @@ class Trainer:
                         "final_answer": self.task.extract_answer(ep.final_text) or "", "correct": ep.correct})
         self.eval_rows += eval_rows
         self.sample_rows += sample_rows
+        self.peak.observe(self.eval_rows, step, self.policies)
 
     # -- the loop ---------------------------------------------------------------------------
     def fit(self, stop: threading.Event | None = None) -> dict[str, Any] | None:
@@ -337,8 +341,8 @@ class Trainer:
         if not self.ranks.is_main:  # DDP: rank 0 writes; every rank holds the same state
             return
         t_ckpt = time.time()
-        save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step), self.write_logs,
-                        self.t.keep_last)
+        save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step),
+                        lambda d: (self.write_logs(d), self.peak.link_into(d)), self.t.keep_last)
         self.timings["checkpoint_s"] = max(self.timings["checkpoint_s"], time.time() - t_ckpt)
         self.tracker.flush(step, self.train_rows, self.eval_rows, self.warning_rows)  # after the checkpoint
 
@@ -366,15 +370,12 @@ class Trainer:
         if step:
             self.train_rows, self.eval_rows, self.sample_rows = logs["train"], logs["eval"], logs["samples"]
             self.warning_rows = logs["warnings"]
+        self.peak.restore(rundir.checkpoint_dir(self.work, step) if step else None)
         return step
 
     def write_logs(self, directory: Path) -> None:
-        rundir.write_parquet_atomic(rundir.to_table(self.train_rows, rundir.TRAIN_SCHEMA), directory / rundir.TRAIN_PARQUET)
-        rundir.write_parquet_atomic(rundir.to_table(self.eval_rows, rundir.EVAL_SCHEMA), directory / rundir.EVAL_PARQUET)
-        rundir.write_parquet_atomic(rundir.to_table(self.sample_rows, rundir.SAMPLES_SCHEMA),
-                                    directory / rundir.SAMPLES_PARQUET)
-        rundir.write_parquet_atomic(rundir.to_table(self.warning_rows, rundir.WARNINGS_SCHEMA),
-                                    directory / rundir.WARNINGS_PARQUET)
+        write_run_logs(directory, {"train": self.train_rows, "eval": self.eval_rows, "samples": self.sample_rows,
+                                   "warnings": self.warning_rows})
 
     def publish(self, steps_done: int, wall_time_s: float, stopped_early: dict[str, Any] | None = None) -> dict:
         """The run's logs into its directory, each atomically, and done.json last (DDP: rank 0); a run
@@ -389,6 +390,7 @@ class Trainer:
         if not self.ranks.is_main:
             return done
         self.write_logs(self.run_dir)
+        done["peak"] = self.peak.publish(self.run_dir)  # the peak model, linked into the run directory
         pause_for_tests("publish")
         rundir.write_json_atomic(done, self.run_dir / rundir.DONE_JSON)
         self.tracker.flush(steps_done, self.train_rows, self.eval_rows, self.warning_rows, finished=True)

@@ -14,6 +14,7 @@ import yaml
 
 from trainer import settings
 from trainer.sweep import rundir
+from trainer.sweep.peak import PEAK_WINDOW_KEY, SMOOTHING_WINDOW
 from trainer.sweep.runid import RunId
 from trainer.sweep.variants import deep_merge, variant_delta, variant_problems, variant_runs
 
@@ -290,7 +291,16 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
         "resources": resources,
         "launcher": copy.deepcopy(config["launcher"]),
         "tracking": copy.deepcopy(config.get("tracking") or {"backend": "none"}),  # not hashed: where logs are mirrored
+        **_peak_window(config),
     }
+
+
+def _peak_window(config: dict[str, Any]) -> dict[str, int]:
+    """The smoothing of the peak the trainer keeps: analysis.smoothing_window, the analysis' own, so that the
+    kept peak is the one the analysis reports. Recorded (unhashed) only where it is not the default, so that
+    the config.json of runs made before the trainer kept a peak is unchanged."""
+    window = (config.get("analysis") or {}).get("smoothing_window", SMOOTHING_WINDOW)
+    return {} if window == SMOOTHING_WINDOW else {PEAK_WINDOW_KEY: window}
 
 
 def world_size_of(resources: dict[str, Any]) -> int:

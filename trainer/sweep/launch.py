@@ -100,8 +100,8 @@ def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run
 
 
 def set_aside_run_state(run_dir: Path, old_hash: str) -> Path:
-    """Move what a run computed under config `old_hash` (checkpoints, progress, failure, published
-    logs) to work/superseded/config-HASH[-N]/ and return that folder: a restart loses nothing."""
+    """Move what a run computed under config `old_hash` (checkpoints, progress, failure, published logs
+    and peak model) to work/superseded/config-HASH[-N]/ and return that folder: a restart loses nothing."""
     work = run_dir / rundir.WORK_DIR
     dest = work / SUPERSEDED_DIR / f"config-{old_hash}"
     n = 1
@@ -111,7 +111,7 @@ def set_aside_run_state(run_dir: Path, old_hash: str) -> Path:
     dest.mkdir(parents=True)
     for path in (work / rundir.CHECKPOINTS_DIR, work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON,
                  run_dir / rundir.DONE_JSON, run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET,
-                 run_dir / rundir.SAMPLES_PARQUET):
+                 run_dir / rundir.SAMPLES_PARQUET, run_dir / rundir.PEAK_DIR):
         if path.exists():
             shutil.move(str(path), str(dest / path.name))
     return dest

@@ -36,6 +36,12 @@ TRAIN_LOCK = "train.lock"
 CHECKPOINTS_DIR = "checkpoints"
 STATE_PT = "state.pt"
 POLICIES_DIR = "policies"
+# The peak model kept (trainer/rl/peak_keeper.py): work/peak/step-NNNNNN/{policies/, peak.json}, hard-linked
+# into each checkpoint (step-NNNNNN/peak/) and, at publish, into the run directory (peak/, via .peak.publishing);
+# done.json's `peak` names its step, accuracy, smoothed accuracy and policies path relative to the run directory.
+PEAK_DIR = "peak"
+PEAK_JSON = "peak.json"
+PEAK_PUBLISHING = ".peak.publishing"
 
 
 def checkpoint_dir(work: Path, step: int) -> Path:
@@ -219,6 +225,8 @@ def write_json_atomic(obj: Any, path: str | Path) -> None:
 
 # The run id is part of this contract; analysis reads it from here.
 from trainer.sweep.runid import RunId, parse_run_id  # noqa: E402,F401
+# So is the smoothed peak (the trainer keeps its checkpoint, the analysis reports it): one definition.
+from trainer.sweep.peak import SMOOTHING_WINDOW, curve_peak, peak_index, smooth  # noqa: E402,F401
 
 
 def pid_alive(pid: int) -> bool:
