@@ -95,6 +95,10 @@ def _schemas() -> dict[str, "pa.Schema"]:
     # Further float columns of train.parquet (optional, written by the trainer since early warning):
     # zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
     # agree, so that their advantages are zero (advantage collapse).
+    # With training.agent_gradients (trainer/rl/agent_gradients.py), per-agent gradients of the role's
+    # parallel agents (voter k, worker k): n_agents (int), agent_grad_norms (list of floats, one per agent,
+    # in agent order), amplification_index = sum_k ||g_k|| / ||sum_k g_k||, agent_cos_mean (mean pairwise
+    # cosine); NaN where undefined (fewer than 2 agents, a zero sum). Typed by optional_types below.
 
     # One row per (step, eval split); workflow diagnostics are further float columns.
     EVAL_SCHEMA = pa.schema([
@@ -158,8 +162,16 @@ EARLY_WARNING_DETECTORS = ("entropy_collapse", "advantage_collapse", "grad_norm_
 TIME_COLUMNS = ("time_s",)  # the only columns that may differ between two runs with the same seed
 
 
+def optional_types() -> dict[str, "pa.DataType"]:
+    """The optional (extra) columns whose type is not float64: train.parquet's per-agent gradients."""
+    import pyarrow as pa
+
+    return {"n_agents": pa.int64(), "agent_grad_norms": pa.list_(pa.float64())}
+
+
 def to_table(rows: list[dict[str, Any]] | pd.DataFrame, schema: pa.Schema) -> pa.Table:
-    """A table with the schema's columns first (typed, required) and any extra float columns after."""
+    """A table with the schema's columns first (typed, required) and any extra columns after: floats, but
+    for the optional columns of other types (optional_types)."""
     import pandas as pd
     import pyarrow as pa
 
@@ -170,7 +182,8 @@ def to_table(rows: list[dict[str, Any]] | pd.DataFrame, schema: pa.Schema) -> pa
     if not len(df):
         return schema.empty_table()
     extra = [c for c in df.columns if c not in schema.names]
-    fields = list(schema) + [pa.field(c, pa.float64()) for c in sorted(extra)]
+    optional = optional_types()
+    fields = list(schema) + [pa.field(c, optional.get(c, pa.float64())) for c in sorted(extra)]
     return pa.Table.from_pandas(df[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)
 
 
