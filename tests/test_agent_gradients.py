@@ -10,22 +10,29 @@ the columns survive parquet with their types and feed the amplification early wa
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
+from tests.resilience import tiny_base_model, tiny_run_config
+from tests.test_distributed import RUN, SMALL, free_port, update_worker
 from tests.test_routing import PAD, VOCAB, make_trainer, separate_role_grad_norms, training
 from trainer.rl import early_warning
 from trainer.rl.agent_gradients import AGENT_COLUMNS, agent_columns, agent_metrics, role_agent_metrics, row_agent
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
 from trainer.rl.policies import routing_table
+from trainer.rl.train import Trainer
 from trainer.rl.update import Row, collate, micro_batches
 from trainer.sweep import rundir
+from trainer.sweep.launch import write_run_config
 
 TOL = 1e-5
+RUN_ISOLATED = "voting-math-tiny-isolated-s0"
 WORKFLOWS = {  # roles, the parallel role, and rows per agent of each role (workers: uneven, as plans are)
     "voting": (("generator", "aggregator"), "generator", {"generator": [8, 8, 8], "aggregator": [8]}),
     "orch_workers": (("orchestrator", "worker", "synthesizer"), "worker",
@@ -167,3 +174,46 @@ def test_columns_keep_their_types_in_parquet_and_feed_the_amplification_warning(
     found = early_warning.warnings_from_train(train, thresholds)
     amp = found[found["detector"] == "amplification"]
     assert list(zip(amp["step"], amp["role"])) == [(3, "generator")] and float(amp["value"].iloc[0]) == 3.0
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    return tiny_base_model(tmp_path_factory)
+
+
+def test_two_processes_record_the_one_process_agent_gradients(base_model: Path, tmp_path: Path) -> None:
+    """DDP (2 gloo processes, the rollouts of one): the per-agent sums are all-reduced, so every
+    agent's norm, the index and the cosine are the one-process ones; the Trainer's rows carry the
+    voters' instances (3 agents) and the aggregator is one agent."""
+    run_dir, rows = tmp_path / RUN, tmp_path / "rows.pkl"
+    write_run_config(tiny_run_config(RUN, {**SMALL, "agent_gradients": True}), json.loads(base_model.read_text()),
+                     run_dir)
+    results = {}
+    for world in (1, 2):
+        out = tmp_path / f"update-{world}.pt"
+        torch.multiprocessing.spawn(update_worker, args=(world, str(run_dir), str(rows), str(out), free_port()),
+                                    nprocs=world, join=True)
+        results[world] = torch.load(out, weights_only=False)["stats"]["shared"]
+    one, two = results[1], results[2]
+    assert one["generator"]["n_agents"] == two["generator"]["n_agents"] == 3
+    assert one["aggregator"]["n_agents"] == two["aggregator"]["n_agents"] == 1
+    assert min(one["generator"]["agent_grad_norms"]) > 1e-3
+    for role in ("generator", "aggregator"):
+        assert two[role]["agent_grad_norms"] == pytest.approx(one[role]["agent_grad_norms"], rel=1e-5, abs=1e-6)
+    for key in ("amplification_index", "agent_cos_mean"):
+        assert two["generator"][key] == pytest.approx(one["generator"][key], rel=1e-5, abs=1e-6), key
+    assert one["generator"]["amplification_index"] > 1
+
+
+def test_a_run_logs_the_agent_columns_only_when_set(base_model: Path, tmp_path: Path) -> None:
+    logs = {}
+    for on in (False, True):
+        run_dir = tmp_path / str(on) / RUN_ISOLATED
+        training = {**SMALL, "max_steps": 1, "eval_every": 1, "eval_problems": 4, **({"agent_gradients": True} if on else {})}
+        write_run_config(tiny_run_config(RUN_ISOLATED, training), json.loads(base_model.read_text()), run_dir)
+        Trainer(json.loads((run_dir / rundir.CONFIG_JSON).read_text()), run_dir, log=lambda msg: None).fit()
+        logs[on] = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET).set_index("role")
+    assert not set(AGENT_COLUMNS) & set(logs[False].columns)
+    on = logs[True]
+    assert on.loc["generator", "n_agents"] == 3 and len(on.loc["generator", "agent_grad_norms"]) == 3
+    assert on.loc["aggregator", "n_agents"] == 1 and math.isnan(on.loc["aggregator", "amplification_index"])
