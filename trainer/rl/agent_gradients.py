@@ -31,11 +31,14 @@ def row_agent(role: str, agent: int, parallel_role: str | None) -> int:
 
 
 def agent_metrics(grads: list[torch.Tensor]) -> dict[str, Any]:
-    """The per-agent metrics of one role from its agents' flat gradients (one vector per agent)."""
-    norms = [float(g.norm()) for g in grads]
-    total = float(torch.stack(grads).sum(0).norm()) if grads else 0.0
+    """The per-agent metrics of one role from its agents' flat gradients (one vector per agent).
+
+    Squares and products are summed as the per-role metrics sum them (`.sum()`): torch's float32
+    `norm()` on CPU drifts by ~1e-5 relative over a million elements, `.sum()` does not."""
+    norms = [math.sqrt(float(g.pow(2).sum())) for g in grads]
+    total = math.sqrt(float(torch.stack(grads).sum(0).pow(2).sum())) if grads else 0.0
     amp = sum(norms) / total if len(grads) > 1 and total > 0 else math.nan
-    cos = [float(grads[i] @ grads[j]) / (norms[i] * norms[j])
+    cos = [float((grads[i] * grads[j]).sum()) / (norms[i] * norms[j])
            for i in range(len(grads)) for j in range(i + 1, len(grads)) if norms[i] > 0 and norms[j] > 0]
     return {"n_agents": len(grads), "agent_grad_norms": norms, "amplification_index": amp,
             "agent_cos_mean": sum(cos) / len(cos) if cos else math.nan}
