@@ -95,10 +95,7 @@ def _schemas() -> dict[str, "pa.Schema"]:
     # Further float columns of train.parquet (optional, written by the trainer since early warning):
     # zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
     # agree, so that their advantages are zero (advantage collapse).
-    # With training.agent_gradients (trainer/rl/agent_gradients.py), per-agent gradients of the role's
-    # parallel agents (voter k, worker k): n_agents (int), agent_grad_norms (list of floats, one per agent,
-    # in agent order), amplification_index = sum_k ||g_k|| / ||sum_k g_k||, agent_cos_mean (mean pairwise
-    # cosine); NaN where undefined (fewer than 2 agents, a zero sum). Typed by optional_types below.
+    # With training.agent_gradients, the per-agent gradient columns: see optional_types below.
 
     # One row per (step, eval split); workflow diagnostics are further float columns.
     EVAL_SCHEMA = pa.schema([
@@ -163,7 +160,13 @@ TIME_COLUMNS = ("time_s",)  # the only columns that may differ between two runs 
 
 
 def optional_types() -> dict[str, "pa.DataType"]:
-    """The optional (extra) columns whose type is not float64: train.parquet's per-agent gradients."""
+    """The optional (extra) columns whose type is not float64: train.parquet's per-agent gradients.
+
+    With training.agent_gradients (trainer/rl/agent_gradients.py), each (step, role) row has the role's
+    parallel agents (voter k, worker k): n_agents (int), agent_grad_norms (one float per agent, in agent
+    order), and the float columns amplification_index = sum_k ||g_k|| / ||sum_k g_k|| and agent_cos_mean
+    (mean pairwise cosine), NaN where undefined (fewer than 2 agents, a zero sum).
+    """
     import pyarrow as pa
 
     return {"n_agents": pa.int64(), "agent_grad_norms": pa.list_(pa.float64())}
