@@ -172,6 +172,9 @@ def test_columns_keep_their_types_in_parquet_and_feed_the_amplification_warning(
     assert train["n_agents"].dtype == "int64" and list(train["n_agents"][:3]) == [3, 0, 1]
     assert list(train["agent_grad_norms"][0]) == [1.0, 2.0, 0.5] and len(train["agent_grad_norms"][1]) == 0
     assert train.loc[train["role"] != "generator", "amplification_index"].isna().all()
+    # a resume reads the logs back as records (checkpoint.py) and writes them again: same table
+    again = rundir.to_table(train.to_dict("records"), rundir.TRAIN_SCHEMA)
+    assert again.equals(rundir.to_table(rows, rundir.TRAIN_SCHEMA))
     thresholds = early_warning.thresholds_of({"early_warning": {"window": 1, "amplification_index": 2.0}})
     found = early_warning.warnings_from_train(train, thresholds)
     amp = found[found["detector"] == "amplification"]
