@@ -111,10 +111,10 @@ def test_late_added_settings_enter_the_hash_only_when_set(config):
     run = RunId("voting", "math", "tiny", "shared", 0)
     a = resolve_run_config(config, run)
     without = copy.deepcopy(a)
-    for key in ("early_warning", "generation_memory_gb", "on_warning", "vllm"):
+    for key in ("agent_gradients", "early_warning", "generation_memory_gb", "on_warning", "vllm"):
         del without["training"][key]
     assert config_hash(a) == config_hash(without)
-    for key, value in [("on_warning", "stop"), ("generation_memory_gb", 1.0)]:
+    for key, value in [("on_warning", "stop"), ("generation_memory_gb", 1.0), ("agent_gradients", True)]:
         b = copy.deepcopy(a)
         b["training"][key] = value
         assert changed_keys(a, b) == [f"training.{key}"]

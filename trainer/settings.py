@@ -149,6 +149,8 @@ class TrainingSettings:
     advantage_grouping: str = setting("role_instance", "GRPO groups by prompt and role instance, or by episode.")
     normalize_advantages_per_role: bool = setting(False, "Divide each role's advantages by their std over the step.")
     micro_batch_tokens: int = setting(16384, "Token budget of one training micro-batch.")
+    agent_gradients: bool = setting(False, "Record each parallel agent's gradient (voter k, worker k): micro-batches "
+                                           "split per agent, which changes float summation order; off: per role.")
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward (real scales).")
     generation_backend: str = setting("hf", "Rollout backend: hf (Hugging Face generate) or vllm.")
     vllm: VllmSettings = setting(VllmSettings(), "The vllm backend's engine settings.")

@@ -15,8 +15,9 @@ What is split and what is shared, per step:
   the one-process order, and computes the same rewards, advantages and log rows;
 - the update: each rank back-propagates its share of each policy's rows, its loss normalised by
   the whole batch's sizes (`batch_totals`); `reduce_gradients` sums the trainable parameters'
-  gradients (the LoRA adapters) and the per-role gradients of the GradientRecorder, so the clip,
-  the optimizer step and the gradient metrics see the one-process gradient;
+  gradients (the LoRA adapters) and the per-role gradients of the GradientRecorder (and
+  `reduce_agent_gradients` its per-agent ones), so the clip, the optimizer step and the gradient
+  metrics see the one-process gradient;
 - eval: problems are sharded the same way and the episodes gathered;
 - files: rank 0 alone writes logs, checkpoints and progress; every rank resumes from them.
 """
@@ -139,6 +140,18 @@ class Ranks:
             mine = role_grads.get(role) or [None] * len(params)
             local = [g if g is not None else torch.zeros_like(p, dtype=torch.float32) for g, p in zip(mine, params)]
             role_grads[role] = self._sum_tensors(local)
+
+    def reduce_agent_gradients(self, params: list[torch.nn.Parameter],
+                               agent_grads: dict[tuple[str, int], list]) -> None:
+        """Sum the per-(role, agent) gradients over ranks, in place: every (role, agent) that some rank
+        has, in sorted order (a rank without it contributes zeros), so agent k means the same with any
+        number of processes."""
+        if not self.active:
+            return
+        for key in sorted(set(map(tuple, self.all_gather(list(agent_grads))))):
+            mine = agent_grads.get(key) or [None] * len(params)
+            local = [g if g is not None else torch.zeros_like(p, dtype=torch.float32) for g, p in zip(mine, params)]
+            agent_grads[key] = self._sum_tensors(local)
 
     def _sum_tensors(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])

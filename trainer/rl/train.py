@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from trainer.rl import early_warning, tracking
+from trainer.rl.agent_gradients import agent_columns, row_agent
 from trainer.rl.distributed import Ranks, device_of, rank_seed
 from trainer.rl.evaluation import eval_metrics, run_split
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
@@ -175,7 +176,8 @@ class Trainer:
 
     def policy_rows(self, policy: Policy, turns: list[Turn]) -> list[Row]:
         """The step's training samples of `policy`: its roles' turns that generated tokens."""
-        return [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward)
+        return [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward,
+                    row_agent(t.role, t.agent, self.workflow.parallel_role))
                 for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
 
     def train_step(self, step: int) -> None:
@@ -210,6 +212,7 @@ class Trainer:
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
                     "logp_mismatch": mismatch.get(role, float("nan")),
                     "zero_var_group_share": zero_var.get(role, float("nan")),
+                    **(agent_columns(s) if self.t.agent_gradients else {}),  # per-agent gradients (voters, workers)
                 })
         self.generate.after_update(step)  # sync the updated weights into the vllm engine, verified
         self.timings["update_s"] = max(self.timings["update_s"], time.time() - t_update)

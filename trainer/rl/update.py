@@ -1,7 +1,7 @@
 """The policy update: one optimizer step of a policy on its own rows, and each role's share of its gradient.
 
 Rows are grouped by role into micro-batches (so a leaf hook can attribute each backward pass's
-gradient to one role), the GRPO token loss of grpo.py is aggregated by `loss_type`, gradients are
+gradient to one role; with `training.agent_gradients` by role and agent instance, agent_gradients.py), the GRPO token loss of grpo.py is aggregated by `loss_type`, gradients are
 clipped per policy, and a step with a non-finite loss or gradient is skipped (its rows still
 count in the logs). In a data-parallel run each rank back-propagates its share of the rows, its
 loss normalised by the whole batch's sizes, and the gradients (and each role's) are summed over
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.rl.agent_gradients import role_agent_metrics
 from trainer.rl.distributed import Ranks
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
 from trainer.rl.policies import Policy, PolicySet
@@ -30,28 +31,36 @@ class Row:
     completion_ids: list[int]
     advantage: float
     reward: float
+    agent: int = 0  # the instance within a parallel role (voter k, worker k); 0 for other roles
 
 
 class GradientRecorder:
     """Each role's share of a policy's gradient, from leaf hooks on role-grouped micro-batches.
 
     The backward pass of a micro-batch that holds one role's rows delivers exactly that role's
-    gradient to each parameter's hook, so no extra backward pass is needed.
+    gradient to each parameter's hook, so no extra backward pass is needed. With `agent` set (micro-
+    batches of one agent instance each), the gradient is also summed per (role, agent).
     """
 
     def __init__(self, params: list[torch.nn.Parameter]):
         self.role: str | None = None
+        self.agent: int | None = None  # None: no per-agent sums (training.agent_gradients off)
         self.grads: dict[str, list[torch.Tensor | None]] = {}
+        self.agent_grads: dict[tuple[str, int], list[torch.Tensor | None]] = {}
+        self.shapes = [p.shape for p in params]
         self.handles = [p.register_hook(self._hook(i, len(params))) for i, p in enumerate(params)]
 
     def _hook(self, i: int, n: int):
         def hook(grad: torch.Tensor) -> None:
-            buf = self.grads.setdefault(self.role, [None] * n)
-            buf[i] = grad.detach().float().clone() if buf[i] is None else buf[i] + grad.detach().float()
+            bufs = [self.grads.setdefault(self.role, [None] * n)]
+            if self.agent is not None:
+                bufs.append(self.agent_grads.setdefault((self.role, self.agent), [None] * n))
+            for buf in bufs:
+                buf[i] = grad.detach().float().clone() if buf[i] is None else buf[i] + grad.detach().float()
         return hook
 
     def reset(self) -> None:
-        self.grads = {}
+        self.grads, self.agent_grads = {}, {}
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Per role: norm of its gradient, its share of the summed squared norms, cosine with the others'."""
@@ -68,15 +77,20 @@ class GradientRecorder:
             out[r] = {"grad_norm": math.sqrt(sq[r]),
                       "grad_sq_share": sq[r] / total_sq if total_sq > 0 else float("nan"),
                       "grad_cos_others": float(v @ others) / denom if len(flat) > 1 and denom > 0 else float("nan")}
+        for r, m in role_agent_metrics(self.agent_grads, self.shapes).items():
+            out.setdefault(r, {}).update(m)
         return out
 
 
-def micro_batches(rows: list[Row], token_budget: int) -> list[list[Row]]:
-    """Rows grouped by role (so gradients can be attributed), chunked so rows x width <= budget."""
+def micro_batches(rows: list[Row], token_budget: int, by_agent: bool = False) -> list[list[Row]]:
+    """Rows grouped by role (so gradients can be attributed), and by agent within a role when `by_agent`
+    (agents in index order, rows in their order), chunked so rows x width <= budget."""
     batches = []
-    for role in dict.fromkeys(r.role for r in rows):
+    groups = [(role, agent) for role in dict.fromkeys(r.role for r in rows)
+              for agent in (sorted({r.agent for r in rows if r.role == role}) if by_agent else [None])]
+    for role, agent in groups:
         current: list[Row] = []
-        for row in (r for r in rows if r.role == role):
+        for row in (r for r in rows if r.role == role and agent in (None, r.agent)):
             width = max([len(x.prompt_ids) + len(x.completion_ids) for x in current + [row]])
             if current and width * (len(current) + 1) > token_budget:
                 batches.append(current)
@@ -136,7 +150,8 @@ class PolicyUpdater:
         recorder.reset()
         totals = BatchTotals(n_sequences=int(n_seq), n_tokens=int(n_tok),
                              max_completion_length=self.t.max_completion_length)
-        batches = micro_batches(rows, self.t.micro_batch_tokens)
+        by_agent = self.t.agent_gradients
+        batches = micro_batches(rows, self.t.micro_batch_tokens, by_agent)
         old_logps = None
         if self.t.num_iterations > 1:  # the sampling policy's log-probs, before any update
             with torch.no_grad():
@@ -147,9 +162,11 @@ class PolicyUpdater:
             recorder.reset()
             for bi, batch in enumerate(batches):
                 s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
-                recorder.role = batch[0].role
+                recorder.role, recorder.agent = batch[0].role, batch[0].agent if by_agent else None
                 finite &= self._backward(policy, model, batch, old_logps[bi] if old_logps else None, totals, s)
             self.ranks.reduce_gradients(policy.params, recorder.grads, policy.roles)  # summed over ranks
+            if by_agent:
+                self.ranks.reduce_agent_gradients(policy.params, recorder.agent_grads)
             finite = self.ranks.all_true(finite)
             grad_metrics = recorder.metrics()
             total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t.max_grad_norm)

@@ -101,6 +101,7 @@ def _schemas() -> dict[str, "pa.Schema"]:
     # Further float columns of train.parquet (optional, written by the trainer since early warning):
     # zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
     # agree, so that their advantages are zero (advantage collapse).
+    # With training.agent_gradients, the per-agent gradient columns: see optional_types below.
 
     EVAL_SCHEMA = _eval_schema()
 
@@ -186,8 +187,22 @@ def with_eval_samples(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "k": 1, "accuracy_std": float("nan"), "pass_at_k": row["accuracy"], "n_episodes": row["n"]}
 
 
+def optional_types() -> dict[str, "pa.DataType"]:
+    """The optional (extra) columns whose type is not float64: train.parquet's per-agent gradients.
+
+    With training.agent_gradients (trainer/rl/agent_gradients.py), each (step, role) row has the role's
+    parallel agents (voter k, worker k): n_agents (int), agent_grad_norms (one float per agent, in agent
+    order), and the float columns amplification_index = sum_k ||g_k|| / ||sum_k g_k|| and agent_cos_mean
+    (mean pairwise cosine), NaN where undefined (fewer than 2 agents, a zero sum).
+    """
+    import pyarrow as pa
+
+    return {"n_agents": pa.int64(), "agent_grad_norms": pa.list_(pa.float64())}
+
+
 def to_table(rows: list[dict[str, Any]] | pd.DataFrame, schema: pa.Schema) -> pa.Table:
-    """A table with the schema's columns first (typed, required) and any extra float columns after."""
+    """A table with the schema's columns first (typed, required) and any extra columns after: floats, but
+    for the optional columns of other types (optional_types)."""
     import pandas as pd
     import pyarrow as pa
 
@@ -198,7 +213,8 @@ def to_table(rows: list[dict[str, Any]] | pd.DataFrame, schema: pa.Schema) -> pa
     if not len(df):
         return schema.empty_table()
     extra = [c for c in df.columns if c not in schema.names]
-    fields = list(schema) + [pa.field(c, pa.float64()) for c in sorted(extra)]
+    optional = optional_types()
+    fields = list(schema) + [pa.field(c, optional.get(c, pa.float64())) for c in sorted(extra)]
     return pa.Table.from_pandas(df[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)
 
 
