@@ -104,9 +104,7 @@ class Trainer:
                                                                temperature=t.eval_temperature, **common))
         self.timings = {"update_s": 0.0, "checkpoint_s": 0.0}  # the longest seen: what a signal must wait for
         self._load_problems()
-        self.train_rows: list[dict[str, Any]] = []
-        self.eval_rows: list[dict[str, Any]] = []
-        self.sample_rows: list[dict[str, Any]] = []
+        self.train_rows, self.eval_rows, self.sample_rows = [], [], []  # the parquet logs' rows, as dicts
         self.warning_rows: list[dict[str, Any]] = []  # early warnings (early_warning.py): warnings.parquet
         self.warning_thresholds = early_warning.thresholds_of(self.cfg["training"])
         self.peak = PeakKeeper(self.work, next(iter(self.eval_splits)), self.settings.peak_smoothing_window,
@@ -116,8 +114,7 @@ class Trainer:
                                         self.run_dir, self.log)
 
     def _load_problems(self) -> None:
-        """The train problems and each eval split's (at most its eval_problems, or training's; `all`), from the
-        task's sources."""
+        """The train problems and each eval split's (its eval_problems, else training's), from the sources."""
         params = self.cfg["task_params"]  # the source dicts as written (trainer.tasks reads them)
         self.train_problems = load_problems(self.settings.task, params["train"], "train")
         self.eval_splits = {}
