@@ -50,8 +50,10 @@ def claim_cliff_incidence(data: Data, grid: Grid) -> plt.Figure:
     """Isolated minus Shared cliff incidence (exact McNemar interval) and peak step (bootstrap), per cell and pooled."""
     t = _table(data, "cliff_incidence")
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.28 * max(len(t), 4)), sharey=True)
-    labels = [f"{wf_name(r.workflow)}/{r.task}/{r.scale}" + (f"/{r.variant}" if str(r.variant) not in ("", "nan")
-                                                            else "") for r in t.itertuples()] if len(t) else []
+    # the variant column is written only where some run has a variant (names.as_written)
+    variants = t["variant"].astype(str) if "variant" in t else pd.Series([""] * len(t), index=t.index)
+    labels = [f"{wf_name(r.workflow)}/{r.task}/{r.scale}" + (f"/{v}" if v not in ("", "nan") else "")
+              for r, v in zip(t.itertuples(), variants)]
     if len(t):
         _forest(a, labels, t["diff_incidence"], t["diff_incidence_lo"], t["diff_incidence_hi"],
                 "cliff incidence, isolated - shared (paired by cell and seed)")
