@@ -45,7 +45,7 @@ def trainer(tmp_path_factory):
     model_dir = sharpen(save_random_qwen3(d / "model", small_vocab_tokenizer(), hidden_size=128))
     cfg = real_scale_config(model_dir, RUN, d / "run", training={
         "generation_backend": "vllm", "learning_rate": 5e-2, "lora": {"r": 8, "lora_alpha": 16},
-        "max_completion_length": 8, "eval_temperature": 0.0, "prompts_per_step": 2, "num_generations": 2})
+        "max_completion_length": 8, "eval_temperature": 0.0, "eval_samples": 1, "prompts_per_step": 2, "num_generations": 2})
     return Trainer(cfg, d / "run")
 
 
