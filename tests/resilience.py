@@ -54,6 +54,21 @@ def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100, tasks: tuple[
     return out
 
 
+def workflow_copy(d: Path, tmp_path_factory) -> Path:
+    """A copy of the workflow in `d` (Snakefile, config and rules copied; code linked) with the session's tiny
+    base model in place of the tiny scale's, so Snakemake trains without rebuilding it."""
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, d / name)
+    for name in ("rules", "profiles", "envs"):
+        shutil.copytree(ROOT / name, d / name)
+    for name in ("trainer", "analysis", "benchmarks"):
+        (d / name).symlink_to(ROOT / name)
+    model_json = d / "results" / "models" / "tiny" / "model.json"
+    model_json.parent.mkdir(parents=True)
+    shutil.copy(tiny_base_model(tmp_path_factory), model_json)
+    return d
+
+
 def tiny_run_config(run: str, training: dict[str, Any] | None = None, **launcher: Any) -> dict[str, Any]:
     """The resolved config of `run` from config.yaml with a tiny schedule (TINY_RUN, then `training`)."""
     rc = resolve_run_config(load_yaml(ROOT / "config.yaml"), parse_run_id(run))

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import BIN, ROOT, snakemake
-from tests.resilience import assert_same_logs, published_logs, tiny_base_model, trainer_env, wait_for
+from tests.resilience import assert_same_logs, published_logs, trainer_env, workflow_copy, wait_for
 from trainer.rl.run import run_training
 from trainer.sweep import rundir
 
@@ -41,15 +41,7 @@ def sweep_dir(tmp_path, tmp_path_factory):
     """A workflow copy with the session's tiny base model in place of the scale's (no rebuild)."""
     d = tmp_path / "sweep"
     d.mkdir()
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks"):
-        (d / name).symlink_to(ROOT / name)
-    model_json = d / "results" / "models" / "tiny" / "model.json"
-    model_json.parent.mkdir(parents=True)
-    shutil.copy(tiny_base_model(tmp_path_factory), model_json)
+    workflow_copy(d, tmp_path_factory)
     (d / "one.yaml").write_text(yaml.safe_dump(one_run_config()))
     return d
 

@@ -12,7 +12,6 @@ import copy
 import io
 import json
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -195,19 +194,11 @@ def test_slurm_dry_run_lists_each_ablation_run_once(slurm_profile_installed):
 def test_a_variant_run_of_a_tiny_matrix_runs_to_done(tmp_path_factory):
     """One variant run (voting with 2 voters) trained through Snakemake on the session's tiny base model:
     its config.json carries the variant and the delta, done.json its steps, eval.parquet its rows."""
-    from tests.resilience import tiny_base_model
+    from tests.resilience import workflow_copy
     from tests.test_matrix_tiny import matrix_config
 
     d = tmp_path_factory.mktemp("variant")
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks"):
-        (d / name).symlink_to(ROOT / name)
-    model_json = d / "results" / "models" / "tiny" / "model.json"
-    model_json.parent.mkdir(parents=True)
-    shutil.copy(tiny_base_model(tmp_path_factory), model_json)
+    workflow_copy(d, tmp_path_factory)
     cfg = matrix_config()
     cfg["matrices"]["tiny_matrix"]["variants"] = {"votes2": {"workflows": {"voting": {"n_votes": 2}}}}
     (d / "matrix.yaml").write_text(yaml.safe_dump(cfg))
