@@ -51,7 +51,7 @@ def claim_cliff_incidence(data: Data, grid: Grid) -> plt.Figure:
     t = _table(data, "cliff_incidence")
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.28 * max(len(t), 4)), sharey=True)
     # the variant column is written only where some run has a variant (names.as_written)
-    variants = t["variant"].astype(str) if "variant" in t else pd.Series([""] * len(t), index=t.index)
+    variants = t["variant"].fillna("").astype(str) if "variant" in t else pd.Series([""] * len(t), index=t.index)
     labels = [f"{wf_name(r.workflow)}/{r.task}/{r.scale}" + (f"/{v}" if v not in ("", "nan") else "")
               for r, v in zip(t.itertuples(), variants)]
     if len(t):
