@@ -107,7 +107,7 @@ def claim_amplification_dose(data: Data, grid: Grid) -> plt.Figure:
     a.set_xlabel("parallel agents (n_votes / max_subtasks)")
     a.set_ylabel("amplification index  sum ||g_k|| / ||sum g_k||")
     a.legend(fontsize=7)
-    s = data.summary
+    s = data.summary if data.summary_all is None else data.summary_all  # the variants are the doses
     if "amplification_index" in s:
         s = s[s["amplification_index"].notna()]
         b.scatter(s["amplification_index"], s["peak_acc"] - s["terminal_acc"], s=14, alpha=0.7,

@@ -59,6 +59,7 @@ class Data:
     capture_share: float = CAPTURE_SHARE
     warnings: pd.DataFrame | None = None  # first onset per run and detector (analysis/warnings_judged.py)
     claims: dict[str, pd.DataFrame] | None = None  # the claim tables by stem (analysis/claims.py)
+    summary_all: pd.DataFrame | None = None  # the summary with every variant's runs (claim 5's dose-response)
 
 
 def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
@@ -96,7 +97,8 @@ def load(results: str | Path) -> Data:
     return Data(plain_runs(summary), plain_runs(curves),
                 plain_runs(pd.read_parquet(results / "analysis" / "gradients.parquet")),
                 plain_runs(pd.read_parquet(results / "analysis" / "amplification.parquet")),
-                warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"), claims=claims)
+                warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"), claims=claims,
+                summary_all=summary)
 
 
 def wf_name(w: str) -> str:
