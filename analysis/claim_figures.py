@@ -42,6 +42,11 @@ def _forest(ax: plt.Axes, labels: list[str], est: np.ndarray, lo: np.ndarray, hi
     ax.grid(axis="x", alpha=0.3)
 
 
+def _all_runs(data: Data) -> pd.DataFrame:
+    """The per-run summary with every variant's runs, as the claim tables count them (data.summary: plain only)."""
+    return data.summary if data.summary_all is None else data.summary_all
+
+
 def _table(data: Data, name: str) -> pd.DataFrame:
     return (data.claims or {}).get(name, pd.DataFrame())
 
@@ -107,7 +112,7 @@ def claim_amplification_dose(data: Data, grid: Grid) -> plt.Figure:
     a.set_xlabel("parallel agents (n_votes / max_subtasks)")
     a.set_ylabel("amplification index  sum ||g_k|| / ||sum g_k||")
     a.legend(fontsize=7)
-    s = data.summary if data.summary_all is None else data.summary_all  # the variants are the doses
+    s = _all_runs(data)  # the variants are the doses
     if "amplification_index" in s:
         s = s[s["amplification_index"].notna()]
         b.scatter(s["amplification_index"], s["peak_acc"] - s["terminal_acc"], s=14, alpha=0.7,
@@ -131,7 +136,7 @@ def claim_capture_onset(data: Data, grid: Grid) -> plt.Figure:
     labels = [f"{wf_name(r.workflow)}/{r.task}" for r in t.itertuples()] if len(t) else []
     _forest(a, labels, t["capture_lead"] if len(t) else [], t["capture_lead_lo"] if len(t) else [],
             t["capture_lead_hi"] if len(t) else [], "cliff step - capture step (steps)", POLICY_COLOURS["shared"])
-    s = data.summary
+    s = _all_runs(data)  # as the capture_onset table counts them
     if {"capture_step", "cliff_step"} <= set(s.columns):
         s = s[(s["policy"] == "shared") & s["capture_step"].notna() & s["cliff_step"].notna()]
     if len(s) and "capture_step" in s:
