@@ -25,19 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.synthetic_logs import planted_run  # noqa: E402
+from tests.resilience import copy_workflow  # noqa: E402
 from trainer.sweep.config import expand_matrix, load_yaml  # noqa: E402
 
 TIMING = re.compile(r"^timing (\S+) ([0-9.]+)s$", re.MULTILINE)
-
-
-def copy_workflow(dest: Path) -> None:
-    """The workflow (Snakefile, config, rules, profiles, envs) with its packages linked in."""
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, dest / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, dest / name)
-    for name in ("trainer", "analysis", "benchmarks"):
-        (dest / name).symlink_to(ROOT / name)
 
 
 def snakemake(args: list[str], cwd: Path) -> float:

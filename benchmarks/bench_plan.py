@@ -24,17 +24,10 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.resilience import copy_workflow  # noqa: E402
+
 BIN = Path(sys.executable).parent
-
-
-def copy_workflow(d: Path) -> None:
-    """The workflow's files, with this checkout's packages linked in."""
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks"):
-        (d / name).symlink_to(ROOT / name)
 
 
 def timed(cmd: list[str], cwd: Path) -> float:

@@ -54,15 +54,22 @@ def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100, tasks: tuple[
     return out
 
 
-def workflow_copy(d: Path, tmp_path_factory) -> Path:
-    """A copy of the workflow in `d` (Snakefile, config and rules copied; code linked) with the session's tiny
-    base model in place of the tiny scale's, so Snakemake trains without rebuilding it."""
+def copy_workflow(d: Path) -> Path:
+    """A copy of the workflow in `d`: Snakefile, config, rules, profiles and envs copied, this checkout's
+    packages linked in (the tests' and benchmarks' Snakemake runs)."""
     for name in ("Snakefile", "config.yaml"):
         shutil.copy(ROOT / name, d / name)
     for name in ("rules", "profiles", "envs"):
         shutil.copytree(ROOT / name, d / name)
     for name in ("trainer", "analysis", "benchmarks"):
         (d / name).symlink_to(ROOT / name)
+    return d
+
+
+def workflow_copy(d: Path, tmp_path_factory) -> Path:
+    """copy_workflow(d) with the session's tiny base model in place of the tiny scale's, so Snakemake
+    trains without rebuilding it."""
+    copy_workflow(d)
     model_json = d / "results" / "models" / "tiny" / "model.json"
     model_json.parent.mkdir(parents=True)
     shutil.copy(tiny_base_model(tmp_path_factory), model_json)

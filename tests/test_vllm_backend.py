@@ -139,15 +139,6 @@ def test_tiny_voting_runs_through_snakemake_and_step0_accuracy_matches_hf(pipeli
 @pytest.fixture(scope="session")
 def pipeline_dir(tmp_path_factory):
     """A workflow copy (as tests/test_pipeline.py's) for the vllm runs."""
-    import shutil
+    from tests.resilience import copy_workflow
 
-    from tests.conftest import ROOT
-
-    d = tmp_path_factory.mktemp("pipeline-vllm")
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks"):
-        (d / name).symlink_to(ROOT / name)
-    return d
+    return copy_workflow(tmp_path_factory.mktemp("pipeline-vllm"))
