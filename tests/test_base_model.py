@@ -3,13 +3,17 @@ check that demonstrations fit the completions a run may generate."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
 from tests.conftest import ROOT
 from trainer.models.base_model import build_tokenizer, check_completion_lengths, demonstrations, warm_start_lr_factor
+from trainer.settings import TinySettings
 from trainer.sweep.config import base_model_spec, load_yaml
+
+TINY_DEFAULTS = dataclasses.asdict(TinySettings())
 
 
 def code_spec(flaw_rate: float) -> dict:
@@ -58,7 +62,64 @@ def test_the_demo_demonstrations_fit_the_demo_completion_lengths():
     check_completion_lengths(spec, by_task, tokenizer)
 
 
-def test_warm_start_rate_is_constant_then_decays_over_the_last_quarter():
-    factors = [warm_start_lr_factor(s, 100) for s in range(100)]
-    assert factors[:75] == [1.0] * 75
-    assert all(a > b for a, b in zip(factors[75:], factors[76:])) and factors[-1] == pytest.approx(0.136, abs=0.01)
+def test_warm_start_rate_warms_up_holds_then_decays_to_a_tenth():
+    factors = [warm_start_lr_factor(s, warmup=10, decay_start=60, decay_steps=30) for s in range(100)]
+    assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert factors[10:60] == [1.0] * 50
+    assert all(a > b for a, b in zip(factors[60:90], factors[61:91]))
+    assert factors[90:] == pytest.approx([0.1] * 10)
+
+
+def tiny_model_and_pair():
+    """A one-layer model and one (prompt, completion) pair: every batch row is that pair."""
+    from trainer.models.base_model import build_tiny_model
+
+    user, completion = "Calculate 12 + 34.", "2+4=6, 1+3=4. 12 + 34 = \\boxed{46}"
+    tokenizer = build_tokenizer([user, completion, "user\nassistant\n"], 300)
+    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "num_key_value_heads": 1}
+    model = build_tiny_model(arch, 0, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id)
+    return model, tokenizer, [(user, completion)]
+
+
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_warm_start_loss_is_the_completion_mean_and_the_prompt_weight_adds_prompt_gradient(micro_batches):
+    import torch
+
+    from trainer.models.base_model import warm_start
+    from trainer.rl.rollout import chat_prompt
+
+    arch = {**TINY_DEFAULTS, "warm_start_steps": 1, "warm_start_batch_size": 4,
+            "warm_start_micro_batches": micro_batches, "warm_start_learning_rate": 1e-2}
+    results = {}
+    for prompt_weight in (0.0, 0.5):
+        model, tokenizer, pairs = tiny_model_and_pair()
+        prompt = tokenizer(chat_prompt(tokenizer, pairs[0][0], False), add_special_tokens=False)["input_ids"]
+        completion = tokenizer(pairs[0][1], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():  # Hugging Face's causal-LM loss on the completion tokens, before the step
+            expected = model(input_ids=ids, labels=torch.tensor([[-100] * len(prompt) + completion])).loss.item()
+        stats = warm_start(model, tokenizer, pairs, {**arch, "warm_start_prompt_loss": prompt_weight}, 0,
+                           log=lambda msg: None)
+        assert stats["final_loss"] == pytest.approx(expected, rel=1e-5)  # the logged loss: completion tokens only
+        results[prompt_weight] = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert not torch.allclose(results[0.0], results[0.5]), "the prompt tokens' loss changed nothing"
+
+
+def test_the_final_decay_starts_once_the_loss_is_below_the_threshold_else_over_the_last_quarter():
+    from trainer.models.base_model import LOSS_WINDOW, warm_start
+
+    arch = {**TINY_DEFAULTS, "warm_start_steps": 200, "warm_start_batch_size": 2, "warm_start_micro_batches": 1,
+            "warm_start_warmup_steps": 5, "warm_start_decay_steps": 5, "warm_start_learning_rate": 1e-2}
+    lines = []
+    model, tokenizer, pairs = tiny_model_and_pair()
+    first = warm_start(model, tokenizer, pairs, {**arch, "warm_start_steps": 1}, 0, log=lambda m: None)["final_loss"]
+    model, tokenizer, pairs = tiny_model_and_pair()
+    stats = warm_start(model, tokenizer, pairs, {**arch, "warm_start_decay_below": first * 0.8}, 0, log=lines.append)
+    assert LOSS_WINDOW <= stats["decay_start"] < 195, stats  # one example: its loss falls within the cap
+    assert stats["steps"] == stats["decay_start"] + 5 and stats["final_loss"] < first * 0.8
+    assert any("decaying over 5 steps" in line for line in lines)
+    model, tokenizer, pairs = tiny_model_and_pair()
+    stats = warm_start(model, tokenizer, pairs, {**arch, "warm_start_decay_below": None}, 0, log=lambda m: None)
+    assert (stats["steps"], stats["decay_start"]) == (200, 150)

@@ -174,10 +174,16 @@ class TinySettings:
     num_hidden_layers: int = setting(4, "Layers.")
     num_attention_heads: int = setting(4, "Attention heads.")
     num_key_value_heads: int = setting(2, "KV heads.")
-    warm_start_steps: int = setting(1100, "Supervised warm-start steps.")
+    warm_start_steps: int = setting(1100, "Supervised warm-start steps (at most, with warm_start_decay_below).")
     warm_start_batch_size: int = setting(32, "Warm-start batch size.")
-    warm_start_learning_rate: float = setting(4.0e-3, "Warm-start learning rate.")
-    warm_start_micro_batches: int = setting(2, "Length-sorted micro-batches per warm-start step.")
+    warm_start_learning_rate: float = setting(1.0e-2, "Warm-start learning rate.")
+    warm_start_decay_below: float | None = setting(0.2, "Start the final decay once the completion loss (mean of "
+                                                        "20 steps) is below this; null: over the last quarter.")
+    warm_start_decay_steps: int = setting(150, "Steps of the final decay (with warm_start_decay_below).")
+    warm_start_warmup_steps: int = setting(50, "Warm-start steps of linear learning-rate warm-up.")
+    warm_start_prompt_loss: float = setting(0.3, "Weight of the prompt tokens' loss beside the completion's (0: "
+                                                 "completion tokens only).")
+    warm_start_micro_batches: int = setting(8, "Length-sorted micro-batches per warm-start step.")
     flawed_demonstrations: float = setting(0.0, "Share of the warm start's solution demonstrations with the "
                                                 "task's typical mistake.")
     seed: int = setting(0, "Seed of the build.")
