@@ -78,7 +78,7 @@ def test_plain_configs_and_hashes_are_unchanged(config):
     (tests/data/plain_config_hashes.json), and its config has no `variant` key. The paper's hashes were
     re-captured when the study's eval settings (eval_samples 5, eval_problems all, DeepCoder's three subsets) and
     agent_gradients entered its config; the demo and cliffs hashes when the tiny base model's warm start changed
-    (warm-up, prompt-token loss, 550 steps): each on purpose, the others unchanged."""
+    (warm-up, prompt-token loss, a loss-triggered decay): each on purpose, the others unchanged."""
     expected = json.loads((DATA / "plain_config_hashes.json").read_text())
     got = {}
     for matrix in ("paper", "demo", "cliffs"):

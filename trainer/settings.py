@@ -176,8 +176,8 @@ class TinySettings:
     num_key_value_heads: int = setting(2, "KV heads.")
     warm_start_steps: int = setting(1100, "Supervised warm-start steps (at most, with warm_start_decay_below).")
     warm_start_batch_size: int = setting(32, "Warm-start batch size.")
-    warm_start_learning_rate: float = setting(1.0e-2, "Warm-start learning rate.")
-    warm_start_decay_below: float | None = setting(0.2, "Start the final decay once the completion loss (mean of "
+    warm_start_learning_rate: float = setting(6.0e-3, "Warm-start learning rate.")
+    warm_start_decay_below: float | None = setting(0.12, "Start the final decay once the completion loss (mean of "
                                                         "20 steps) is below this; null: over the last quarter.")
     warm_start_decay_steps: int = setting(150, "Steps of the final decay (with warm_start_decay_below).")
     warm_start_warmup_steps: int = setting(50, "Warm-start steps of linear learning-rate warm-up.")
