@@ -164,8 +164,11 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
     prompt_weight = settings.warm_start_prompt_loss
     model.train()
     # the decay starts once the loss is below warm_start_decay_below (when set), else over the last
-    # quarter; at the latest decay_steps before the cap, so every build ends decayed
-    decay_steps = settings.warm_start_decay_steps if settings.warm_start_decay_below else int(steps * DECAY_SHARE)
+    # quarter; at the latest decay_steps before the cap, so every build ends decayed (a short build,
+    # as the tests make, decays over its last quarter at most)
+    decay_steps = int(steps * DECAY_SHARE)
+    if settings.warm_start_decay_below:
+        decay_steps = min(settings.warm_start_decay_steps, decay_steps)
     decay_start = max(steps - decay_steps, 0)
     t0, losses = time.time(), []
     step = 0
