@@ -91,7 +91,8 @@ def one(args: argparse.Namespace, seed: int, split: int, threads: int) -> dict[s
     out = Path(args.out) / f"s{seed}-m{split}"
     t0 = time.perf_counter()
     info = build(out, seed, split, threads, json.loads(args.tiny))
-    row = {"seed": seed, "split": split, "final_loss": info["warm_start"]["final_loss"],
+    row = {"seed": seed, "split": split, "steps": info["warm_start"]["steps"],
+           "final_loss": info["warm_start"]["final_loss"],
            "build_s": time.perf_counter() - t0, "threads": threads}
     row.update(base_accuracy(out / "model.json", threads))
     print(json.dumps(row), flush=True)
