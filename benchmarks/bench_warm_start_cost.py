@@ -23,6 +23,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.bench_warm_start import ENV  # noqa: E402  (the demo's CPU settings)
+
 # the spec as each tree's own config and code resolve it (the module moved after 8951ccf)
 SPEC = """
 import json, sys
@@ -38,9 +41,7 @@ print(json.dumps(spec))
 
 def step_seconds(tree: Path, steps: int, threads: int, out: Path) -> float:
     """Seconds per warm-start step of the tiny build in `tree`."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
-           "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
-           "PYTHONPATH": str(tree)}
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(tree)}
     spec = subprocess.run([sys.executable, "-c", SPEC, str(steps)], cwd=tree, env=env, check=True,
                           capture_output=True, text=True).stdout
     proc = subprocess.run([sys.executable, "-m", "trainer", "base-model", "--spec", spec, "--out",

@@ -181,10 +181,10 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
     torch.manual_seed(seed)
     rng = random.Random(seed)
     examples = tokenized(tokenizer, pairs)
-    opt = torch.optim.AdamW(model.parameters(), lr=arch["warm_start_learning_rate"], betas=(0.9, 0.95),
-                            weight_decay=0.0)
-    steps, batch_size = arch["warm_start_steps"], arch["warm_start_batch_size"]
     settings = from_dict(TinySettings, arch, "tiny")
+    opt = torch.optim.AdamW(model.parameters(), lr=settings.warm_start_learning_rate, betas=(0.9, 0.95),
+                            weight_decay=0.0)
+    steps, batch_size = settings.warm_start_steps, settings.warm_start_batch_size
     n_micro = max(1, min(settings.warm_start_micro_batches, batch_size))
     size = -(-batch_size // n_micro)  # rows per micro-batch
     model.train()
@@ -202,7 +202,7 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
                        key=lambda pc: len(pc[0]) + len(pc[1]))
         n_tokens = sum(len(c) for _, c in batch)
         for g in opt.param_groups:
-            g["lr"] = arch["warm_start_learning_rate"] * warm_start_lr_factor(
+            g["lr"] = settings.warm_start_learning_rate * warm_start_lr_factor(
                 step, settings.warm_start_warmup_steps, decay_start, decay_steps)
         opt.zero_grad(set_to_none=True)
         total = 0.0
