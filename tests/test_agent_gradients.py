@@ -21,13 +21,12 @@ import torch
 
 from tests.resilience import tiny_base_model, tiny_run_config
 from tests.test_distributed import RUN, SMALL, free_port, update_worker
-from tests.test_routing import PAD, VOCAB, make_trainer, separate_role_grad_norms, training
+from tests.test_routing import VOCAB, make_trainer, separate_grads, separate_role_grad_norms, training
 from trainer.rl import early_warning
 from trainer.rl.agent_gradients import AGENT_COLUMNS, agent_columns, agent_metrics, role_agent_metrics, row_agent
-from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
 from trainer.rl.policies import routing_table
 from trainer.rl.train import Trainer
-from trainer.rl.update import Row, collate, micro_batches
+from trainer.rl.update import Row, micro_batches
 from trainer.sweep import rundir
 from trainer.sweep.launch import write_run_config
 
@@ -54,29 +53,6 @@ def agent_rows(counts: dict[str, list[int]], seed: int = 1) -> list[Row]:
     return rows
 
 
-def separate_agent_grads(trainer, policy_name: str, rows: list[Row]) -> dict[tuple[str, int], torch.Tensor]:
-    """Each (role, agent)'s flat gradient from its own backward pass over its rows alone (its share of
-    the policy loss, normalised by the policy's whole batch as the update does)."""
-    t = trainer.t
-    policy = trainer.policies.policies[policy_name]
-    model = trainer.policies.model(policy_name)
-    model.train()
-    totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
-                         max_completion_length=t["max_completion_length"])
-    out = {}
-    for key in dict.fromkeys((r.role, r.agent) for r in rows):
-        mine = [r for r in rows if (r.role, r.agent) == key]
-        ids, attn, cmask = collate(mine, PAD)
-        logps, _ = per_token_logps(model, ids, attn, cmask.shape[1], t["temperature"])
-        adv = torch.tensor([r.advantage for r in mine])
-        token = grpo_token_loss(logps, logps.detach(), adv, t["epsilon"], t["epsilon_high"])
-        loss = LOSS_AGGREGATIONS[t["loss_type"]](token.loss, cmask, totals)
-        grads = torch.autograd.grad(loss, policy.params, allow_unused=True)
-        out[key] = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
-                              for g, p in zip(grads, policy.params)])
-    return out
-
-
 @pytest.mark.parametrize("mode", ["shared", "isolated"])
 @pytest.mark.parametrize("workflow", ["voting", "orch_workers"])
 def test_recorded_agent_grad_norms_equal_separate_backward_passes(workflow: str, mode: str) -> None:
@@ -85,7 +61,8 @@ def test_recorded_agent_grad_norms_equal_separate_backward_passes(workflow: str,
     rows = agent_rows(counts)
     for policy in trainer.policies:
         mine = [r for r in rows if trainer.routing[r.role] == policy.name]
-        expected = separate_agent_grads(trainer, policy.name, mine)  # before the update's step
+        # before the update's step
+        expected = separate_grads(trainer, policy.name, mine, key=lambda r: (r.role, r.agent))
         expected_roles = separate_role_grad_norms(trainer, policy.name, mine)
         batches = micro_batches(mine, trainer.t["micro_batch_tokens"], by_agent=True)
         assert all(len({(r.role, r.agent) for r in b}) == 1 for b in batches)  # one agent per micro-batch

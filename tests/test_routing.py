@@ -9,7 +9,6 @@ role's loss alone, and the shares sum to 1 on a shared policy.
 
 from __future__ import annotations
 
-import math
 import random
 from types import SimpleNamespace
 from typing import Any
@@ -75,26 +74,33 @@ def snapshot(trainer: SimpleNamespace) -> dict[str, list[torch.Tensor]]:
     return {p.name: [x.detach().clone() for x in p.params] for p in trainer.policies}
 
 
-def separate_role_grad_norms(trainer: SimpleNamespace, policy_name: str, rows: list[Row]) -> dict[str, float]:
-    """Each role's gradient norm from its own backward pass: its rows' share of the policy loss
-    (normalised by the policy's whole batch, as the update does), computed here from scratch."""
+def separate_grads(trainer: SimpleNamespace, policy_name: str, rows: list[Row], key=lambda r: r.role) -> dict:
+    """Each group's flat gradient (rows grouped by `key`: role, or (role, agent)) from its own backward
+    pass: its rows' share of the policy loss (normalised by the policy's whole batch, as the update
+    does), computed here from scratch."""
     t = trainer.t
     policy = trainer.policies.policies[policy_name]
     model = trainer.policies.model(policy_name)
     model.train()
     totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
                          max_completion_length=t["max_completion_length"])
-    norms = {}
-    for role in dict.fromkeys(r.role for r in rows):
-        mine = [r for r in rows if r.role == role]
+    out = {}
+    for group in dict.fromkeys(key(r) for r in rows):
+        mine = [r for r in rows if key(r) == group]
         ids, attn, cmask = collate(mine, PAD)  # one batch: padding does not change a masked loss
         logps, _ = per_token_logps(model, ids, attn, cmask.shape[1], t["temperature"])
         adv = torch.tensor([r.advantage for r in mine])
         token = grpo_token_loss(logps, logps.detach(), adv, t["epsilon"], t["epsilon_high"])
         loss = LOSS_AGGREGATIONS[t["loss_type"]](token.loss, cmask, totals)
         grads = torch.autograd.grad(loss, policy.params, allow_unused=True)
-        norms[role] = math.sqrt(sum(float(g.pow(2).sum()) for g in grads if g is not None))
-    return norms
+        out[group] = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
+                                for g, p in zip(grads, policy.params)])
+    return out
+
+
+def separate_role_grad_norms(trainer: SimpleNamespace, policy_name: str, rows: list[Row]) -> dict[str, float]:
+    """Each role's gradient norm from its own backward pass (separate_grads)."""
+    return {role: float(g.norm()) for role, g in separate_grads(trainer, policy_name, rows).items()}
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
