@@ -1,5 +1,5 @@
 """The embedded demo on several base models: in how many multi-agent cells RL beats its base beyond
-noise at peak, per base model (the demo's own summary table, results/summary.csv).
+noise at peak, per base model (the demo's own summary table, results/tables/summary.csv).
 
 Usage: python benchmarks/bench_demo_seeds.py MODEL_JSON [MODEL_JSON ...] [--min-cells 8] [--keep DIR]
 
@@ -27,6 +27,7 @@ from tests.resilience import copy_workflow  # noqa: E402
 
 def run_demo(model_json: Path, dest: Path) -> tuple[Path, float]:
     """The demo's summary.csv on `model_json`, and the seconds the demo took."""
+    dest.mkdir(parents=True, exist_ok=True)
     copy_workflow(dest)
     target = dest / "results" / "models" / "tiny" / "model.json"
     target.parent.mkdir(parents=True)
@@ -36,7 +37,7 @@ def run_demo(model_json: Path, dest: Path) -> tuple[Path, float]:
     proc = subprocess.run(["snakemake", "--cores", "2"], cwd=dest, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"the demo on {model_json} failed in {dest}:\n{proc.stderr[-3000:]}")
-    return dest / "results" / "summary.csv", time.perf_counter() - t0
+    return dest / "results" / "tables" / "summary.csv", time.perf_counter() - t0
 
 
 def main(argv: list[str]) -> int:

@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
     """Build every (seed, split), print the table, check the targets."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-    ap.add_argument("--splits", type=int, nargs="+", default=[8, 4], help="warm_start_micro_batches values (8: the demo's)")
+    ap.add_argument("--splits", type=int, nargs="+", default=[4, 8], help="warm_start_micro_batches values (4: the demo's)")
     ap.add_argument("--jobs", type=int, default=2, help="builds side by side (the cores are shared among them)")
     ap.add_argument("--target-loss", type=float, default=0.1, help="every final loss must be below this (README)")
     ap.add_argument("--min-accuracy", type=float, default=0.25, help="every base accuracy must be at least this")

@@ -77,8 +77,9 @@ def test_plain_configs_and_hashes_are_unchanged(config):
     """Every plain run of paper, demo and cliffs resolves to its recorded config hash
     (tests/data/plain_config_hashes.json), and its config has no `variant` key. The paper's hashes were
     re-captured when the study's eval settings (eval_samples 5, eval_problems all, DeepCoder's three subsets) and
-    agent_gradients entered its config; the demo and cliffs hashes when the tiny base model's warm start changed
-    (warm-up, prompt-token loss, a loss-triggered decay): each on purpose, the others unchanged."""
+    agent_gradients entered its config; the demo and cliffs hashes when the tiny base model or its warm start
+    changed (warm-up, prompt-token loss, a loss-triggered decay; then 2 layers, 4 micro-batches, 30% flawed): each
+    on purpose, the others unchanged."""
     expected = json.loads((DATA / "plain_config_hashes.json").read_text())
     got = {}
     for matrix in ("paper", "demo", "cliffs"):

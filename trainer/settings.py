@@ -171,7 +171,7 @@ class TinySettings:
     vocab_size: int = setting(512, "Retrained tokenizer vocabulary.")
     hidden_size: int = setting(128, "Hidden size.")
     intermediate_size: int = setting(384, "MLP size.")
-    num_hidden_layers: int = setting(4, "Layers.")
+    num_hidden_layers: int = setting(2, "Layers.")
     num_attention_heads: int = setting(4, "Attention heads.")
     num_key_value_heads: int = setting(2, "KV heads.")
     warm_start_steps: int = setting(1100, "Supervised warm-start steps (at most, with warm_start_decay_below).")
@@ -183,7 +183,7 @@ class TinySettings:
     warm_start_warmup_steps: int = setting(50, "Warm-start steps of linear learning-rate warm-up.")
     warm_start_prompt_loss: float = setting(0.3, "Weight of the prompt tokens' loss beside the completion's (0: "
                                                  "completion tokens only).")
-    warm_start_micro_batches: int = setting(8, "Length-sorted micro-batches per warm-start step.")
+    warm_start_micro_batches: int = setting(4, "Length-sorted micro-batches per warm-start step.")
     flawed_demonstrations: float = setting(0.0, "Share of the warm start's solution demonstrations with the "
                                                 "task's typical mistake.")
     seed: int = setting(0, "Seed of the build.")
