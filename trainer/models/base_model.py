@@ -75,8 +75,8 @@ def demonstrations(spec: dict[str, Any], rng: random.Random) -> dict[str, list[t
     the generator, reviser, worker and synthesizer) carry the task's typical mistake where the
     problem has one (Problem.flawed: a dropped carry, print for return), so the base model makes
     it at about that rate, a behaviour RL can find and suppress, as RL on real models reweights
-    what the base already does. The flawed solution is also among the wrong ones that evaluators
-    judge Incorrect and aggregators pass over.
+    what the base already does. At the same rate, the flawed solution is among the wrong ones that
+    evaluators judge Incorrect and aggregators pass over.
     """
     from trainer.tasks import get_task, load_problems
     from trainer.workflows import make_workflow
@@ -93,7 +93,9 @@ def demonstrations(spec: dict[str, Any], rng: random.Random) -> dict[str, list[t
             workflow = make_workflow(workflow_name, params, task)
             for problem in problems:
                 wrong = [w for w in rng.sample(others, 4) if w != problem.demonstration] or ["?"]
-                if problem.flawed:
+                # as often as the solutions carry it: always, with the prompt tokens' loss, made greedy
+                # code print on a quarter of the builds
+                if problem.flawed and rng.random() < flaw_rate:
                     wrong[0] = problem.flawed
                 for user, completion in workflow.demonstrations(problem, wrong, rng):
                     if completion == problem.demonstration and problem.flawed and rng.random() < flaw_rate:
