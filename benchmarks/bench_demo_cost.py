@@ -43,6 +43,7 @@ print(json.dumps(base_model_spec(load_yaml("config.yaml"), "tiny", ["math", "cod
 
 
 def tree_env(tree: Path, threads: int) -> dict[str, str]:
+    """The environment a child in `tree` runs with: the demo's CPU settings on `threads` threads."""
     return {**os.environ, **ENV, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(tree)}
 
 
@@ -104,11 +105,11 @@ def main(argv: list[str]) -> int:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(old_tree, filter="data")
         for name, tree, given in ((args.rev, old_tree, args.old_model), ("this tree", ROOT, args.new_model)):
-            model_json = given or Path(tmp) / name.replace(" ", "_") / "model.json"
+            work = Path(tmp) / name.replace(" ", "_")
+            model_json = given or work / "model" / "model.json"
             info = json.loads(model_json.read_text()) if given else build(tree, model_json.parent)
-            step = step_seconds(tree, run_config(tree, args.run, args.steps), model_json,
-                                Path(tmp) / f"run-{name.replace(' ', '_')}")
-            rows[name] = {"build_s": info["build_time_s"], "steps": info["warm_start"]["steps"], "step_s": step}
+            step = step_seconds(tree, run_config(tree, args.run, args.steps), model_json, work / "run")
+            rows[name] = {"build_s": info["build_time_s"], "step_s": step}
             print(f"{name}: warm start {info['warm_start']['steps']} steps in {info['build_time_s']:.0f} s "
                   f"(final loss {info['warm_start']['final_loss']:.3f}); a {args.run} step {step:.2f} s", flush=True)
     old, new = rows[args.rev], rows["this tree"]
