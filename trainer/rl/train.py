@@ -117,6 +117,7 @@ class Trainer:
         """The train problems and each eval split's (its eval_problems, else training's), from the sources."""
         params = self.cfg["task_params"]  # the source dicts as written (trainer.tasks reads them)
         self.train_problems = load_problems(self.settings.task, params["train"], "train")
+        self._order: tuple[int, list[int]] = (-1, [])  # (epoch, its order): _epoch_order
         self.eval_splits = {}
         for i, spec in enumerate(params["eval"]):
             spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
@@ -146,10 +147,16 @@ class Trainer:
         out = []
         for pos in range((step - 1) * k, step * k):
             epoch, i = divmod(pos, n)
-            order = list(range(n))
-            random.Random(step_seed(self.settings.seed, epoch, salt=1)).shuffle(order)
-            out.append(self.train_problems[order[i]])
+            out.append(self.train_problems[self._epoch_order(epoch)[i]])
         return out
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        """The train problems' order in `epoch` (kept: shuffling thousands of indices per prompt costs)."""
+        if self._order[0] != epoch:
+            order = list(range(len(self.train_problems)))
+            random.Random(step_seed(self.settings.seed, epoch, salt=1)).shuffle(order)
+            self._order = (epoch, order)
+        return self._order[1]
 
     # -- one step ---------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Episode], list[int]]:
