@@ -113,3 +113,38 @@ def test_rows_keep_input_order_within_a_chunk():
     chunks = plan_chunks(lengths, 4, 1, 2 * 11)  # two rows of width <= 11 per chunk
     assert chunks == [[1, 3], [2, 4], [0]]
     assert all(c == sorted(c) for c in chunks)
+
+
+def test_repeated_prompts_are_prefilled_once_with_the_same_greedy_outputs(setup, monkeypatch):
+    """A stage repeats each prompt (num_generations, n_votes): the prompts' cache is computed once per
+    distinct prompt and shared, and greedy outputs equal those of prefilling every row."""
+    import torch
+
+    from trainer.rl import rollout
+
+    tok, policies = setup
+    model = policies.model("shared")
+    widths: list[tuple[int, int]] = []  # (rows, tokens) of each forward pass
+    hook = model.get_base_model().register_forward_pre_hook(
+        lambda mod, args, kwargs: widths.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        gen = HFGenerator(policies, tok, max_new_tokens=MAX_NEW, temperature=0.0)
+        shared = gen("generator", PROMPTS)  # every prompt twice
+        shared_widths, widths[:] = list(widths), []
+        monkeypatch.setattr(rollout, "shared_prompt_cache", lambda *args: None)
+        alone = gen("generator", PROMPTS)
+        alone_widths = list(widths)
+    finally:
+        hook.remove()
+    distinct = len(set(PROMPTS))
+    assert distinct == len(PROMPTS) // 2
+    width = max(len(c.prompt_ids) for c in shared)
+    # with the shared cache: one prefill of the distinct prompts (all but their last token), then
+    # every row's last prompt token, then one token at a time
+    assert shared_widths[0] == (distinct, width - 1) and shared_widths[1] == (len(PROMPTS), 1)
+    assert alone_widths[0] == (len(PROMPTS), width)
+    assert [c.completion_ids for c in shared] == [c.completion_ids for c in alone]
+    assert any(c.completion_ids for c in shared)
+    # prompts that never repeat take the usual path
+    ids = torch.tensor([[3, 4, 5], [3, 4, 6]])
+    assert rollout.shared_prompt_cache(model, ids, torch.ones_like(ids)) is None

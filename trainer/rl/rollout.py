@@ -74,6 +74,29 @@ def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, b
     return [sorted(c) for c in chunks]
 
 
+def shared_prompt_cache(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+    """The KV cache of each row's prompt but its last token, computed once per distinct prompt; None
+    when no prompt repeats.
+
+    A stage's rows repeat each prompt num_generations times (a voter's, n_votes times as often): the
+    prefill is most of a small model's generation cost. `generate` given this cache runs only the
+    prompts' last token before sampling. Positions as `generate` derives them from the mask.
+    """
+    rows = [tuple(r) for r in input_ids.tolist()]
+    first: dict[tuple[int, ...], int] = {}
+    for i, r in enumerate(rows):
+        first.setdefault(r, i)
+    if len(first) == len(rows) or input_ids.shape[1] < 2:
+        return None
+    distinct = list(first.values())
+    ids, mask = input_ids[distinct, :-1], attention_mask[distinct, :-1]
+    positions = (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
+    cache = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True).past_key_values
+    slot = {r: k for k, r in enumerate(first)}
+    cache.reorder_cache(torch.tensor([slot[r] for r in rows], device=input_ids.device))  # one row per prompt row
+    return cache
+
+
 class HFGenerator:
     """Hugging Face `generate` over the policy that the role routes to.
 
@@ -124,6 +147,7 @@ class HFGenerator:
         out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                              max_new_tokens=self.max_new_tokens, use_cache=True,
                              pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
+                             past_key_values=shared_prompt_cache(model, enc["input_ids"], enc["attention_mask"]),
                              **sampling)
         prompt_len = enc["input_ids"].shape[1]
         results = []
