@@ -229,6 +229,15 @@ def test_runs_unprivileged_with_minimal_env(sandbox):
     assert sandbox.run_assert(code, TESTS).passed
 
 
+def test_programs_see_the_standard_library_only(both, box):
+    """No site (python -S): a node's installed packages (Debian's /usr/lib/python3/dist-packages)
+    are not on the path, so a reward never depends on what a machine has installed."""
+    code = "import sys\nassert sys.flags.no_site and not [p for p in sys.path if 'packages' in p], sys.path\n"
+    assert both.run_assert(code + "import json, re, collections\n" + GOOD, TESTS).passed
+    ex = box.execute(["-c", "import sys; print(sys.flags.no_site, sys.flags.isolated)"])
+    assert ex.stdout.split() == ["1", "1"], ex
+
+
 def test_stdin_is_closed_for_assert_tests(both):
     assert both.run_assert("import sys\nassert sys.stdin.read() == ''\n" + GOOD, TESTS).passed
 

@@ -1,6 +1,6 @@
 """In-process runner: prelude, candidate and assert tests in one process (no entry points named).
 
-Run by the sandbox as `python -I -c <this file's text> SECRET_FD`. It reads a pickled
+Run by the sandbox as `python -I -S -c <this file's text> SECRET_FD`. It reads a pickled
 {"token", "prelude", "code", "tests"} from the pipe SECRET_FD to EOF and closes it before
 running anything, then runs prelude, candidate and tests in one namespace (restoring builtins
 before the tests), and prints the token only when the tests ran to the end. Early exits,

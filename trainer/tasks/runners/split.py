@@ -1,6 +1,6 @@
 """Split runner: assert tests in a tester process, the candidate in a forked process of its own.
 
-Run by the sandbox as `python -I -c <this file's text> SECRET_FD CODE_FD` when the tests name
+Run by the sandbox as `python -I -S -c <this file's text> SECRET_FD CODE_FD` when the tests name
 the candidate's entry points. It makes itself non-dumpable (so processes of the same uid cannot
 read its memory or fds), then forks the candidate process C, which closes SECRET_FD, reads
 {"prelude", "code"} from CODE_FD, runs them and serves calls to its entry points over pipes.
