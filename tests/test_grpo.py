@@ -56,3 +56,47 @@ def test_micro_batches_hold_one_role_within_budget():
     assert all(len({r.role for r in b}) == 1 for b in batches)
     assert all(len(b) * max(len(r.prompt_ids) + len(r.completion_ids) for r in b) <= 45 for b in batches)
     assert sum(map(len, batches)) == 6
+
+
+def test_rows_sharing_prompts_give_the_full_forwards_logps_entropies_and_gradients():
+    """A micro-batch whose rows repeat prompts runs each distinct prompt once (collate_shared_prompts,
+    per_token_logps_shared_prompts): the log-probs, entropies and LoRA gradients of a loss on them
+    equal those of every row's full forward (per_token_logps on collate)."""
+    import random
+
+    from peft import LoraConfig, get_peft_model
+
+    from tests.test_routing import ARCH, PAD, VOCAB
+    from trainer.models.base_model import build_tiny_model
+    from trainer.rl.grpo import per_token_logps, per_token_logps_shared_prompts
+    from trainer.rl.update import collate, collate_shared_prompts
+
+    model = get_peft_model(build_tiny_model(ARCH, 0, vocab_size=VOCAB, eos_token_id=1, pad_token_id=PAD),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    params = [p for p in model.parameters() if p.requires_grad]
+    with torch.no_grad():
+        for p in params:  # lora_B starts at zero: perturb so every adapter weight gets a gradient
+            p.add_(0.05 * torch.randn_like(p))
+    model.train()
+    rng = random.Random(0)
+    prompts = [[rng.randrange(2, VOCAB) for _ in range(n)] for n in (3, 7, 5)]
+    rows = [Row("g", prompts[i % 3], [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 6))], rng.uniform(-1, 1), 0.0)
+            for i in range(10)]
+    weights = torch.randn(10, 6)
+
+    def forward(shared: bool):
+        if shared:
+            *tensors, cmask = collate_shared_prompts(rows, PAD)
+            assert tensors[0].shape[0] == 3 and tensors[2].tolist() == [i % 3 for i in range(10)]
+            logps, entropy = per_token_logps_shared_prompts(model, *tensors, 0.7, True)
+        else:
+            ids, attn, cmask = collate(rows, PAD)
+            logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], 0.7, True)
+        grads = torch.autograd.grad((logps * cmask * weights[:, :cmask.shape[1]]).sum(), params)
+        return logps * cmask, entropy * cmask, torch.cat([g.flatten() for g in grads])
+
+    full, shared = forward(False), forward(True)
+    for a, b in zip(full, shared):
+        assert a.shape == b.shape
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), float((a - b).abs().max())
+    assert float(full[2].norm()) > 0

@@ -201,6 +201,67 @@ def test_recorded_role_grad_norms_equal_separate_backward_passes(finetune: str, 
             assert shares == [1.0]
 
 
+@pytest.mark.parametrize("agent_gradients", [False, True])
+def test_zero_advantage_rows_are_not_back_propagated_and_change_nothing(agent_gradients: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """With beta = 0 a zero-advantage row has exactly zero gradient: the update skips its backward
+    pass, yet every logged statistic and the step itself are those of back-propagating every row
+    (computed here from scratch): a role whose rows all have zero advantage is present with a zero
+    gradient, and the entropy and token count cover every row."""
+    roles = ("generator", "aggregator")
+    trainer = make_trainer(routing_table("shared", roles), training("lora", agent_gradients=agent_gradients))
+    rows = rows_for(list(roles), per_role=8)
+    for i, r in enumerate(rows):  # every aggregator row and every other generator row: zero advantage
+        if r.role == "aggregator" or i % 2:
+            r.advantage = 0.0
+        r.agent = i % 2 if agent_gradients and r.role == "generator" else 0
+    policy = trainer.policies.policies["shared"]
+    model = trainer.policies.model("shared")
+    model.train()
+    expected = separate_grads(trainer, "shared", rows)  # every row back-propagated
+    with torch.no_grad():
+        ids, attn, cmask = collate(rows, PAD)
+        logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], trainer.t["temperature"], True)
+    expected_entropy = {role: float(sum((entropy[i] * cmask[i]).sum() for i, r in enumerate(rows) if r.role == role))
+                        for role in roles}
+    expected_tokens = {role: sum(len(r.completion_ids) for r in rows if r.role == role) for role in roles}
+    # the step every row's backward pass would take: the summed gradient, clipped, one AdamW step
+    after = [p.detach().clone() for p in policy.params]
+    total = sum(expected.values())
+    shadow = [torch.nn.Parameter(p.detach().clone()) for p in policy.params]
+    offset = 0
+    for p in shadow:
+        p.grad = total[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+    torch.nn.utils.clip_grad_norm_(shadow, trainer.t["max_grad_norm"])
+    group = policy.optimizer.param_groups[0]
+    torch.optim.AdamW(shadow, **{k: group[k] for k in ("lr", "betas", "eps", "weight_decay")}).step()
+    back_propagated: list[Row] = []
+    backward = PolicyUpdater._backward
+
+    def spy(self, policy, model, batch, *args):
+        back_propagated.extend(batch)
+        return backward(self, policy, model, batch, *args)
+
+    monkeypatch.setattr(PolicyUpdater, "_backward", spy)
+    stats = trainer.update(policy, rows)
+    assert back_propagated and all(r.advantage != 0 for r in back_propagated)
+    assert len(back_propagated) == sum(r.advantage != 0 for r in rows)
+    assert stats["aggregator"]["grad_norm"] == 0.0 and stats["aggregator"]["grad_sq_share"] == 0.0
+    assert stats["generator"]["grad_sq_share"] == 1.0
+    for role in roles:
+        assert stats[role]["grad_norm"] == pytest.approx(float(expected[role].norm()), rel=TOL, abs=1e-12)
+        assert stats[role]["entropy"] == pytest.approx(expected_entropy[role], rel=TOL)
+        assert stats[role]["tokens"] == expected_tokens[role]
+        assert stats[role]["clipped"] == 0.0 and not stats[role]["skipped"]
+    if agent_gradients:  # both generator agents counted, and the aggregator's one agent, at zero
+        assert stats["generator"]["n_agents"] == 2
+        assert stats["aggregator"]["n_agents"] == 1 and stats["aggregator"]["agent_grad_norms"] == [0.0]
+    for p, q, a in zip(policy.params, shadow, after):
+        assert torch.allclose(p, q, atol=1e-6)
+    assert not all(torch.equal(p, a) for p, a in zip(policy.params, after))
+
+
 def test_policy_groups_from_config_reach_the_routing_table() -> None:
     """training.policy_groups is a valid config key and is what the trainer's routing reads."""
     from tests.conftest import ROOT

@@ -25,9 +25,36 @@ def per_token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
                     n_completion: int, temperature: float, with_entropy: bool = False
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the last `n_completion` tokens, logits scaled by the sampling temperature."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    logits = logits[:, -n_completion - 1:-1, :].float() / temperature
-    logps = selective_log_softmax(logits, input_ids[:, -n_completion:])
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=n_completion + 1).logits
+    return _logps_and_entropy(logits[:, :-1, :], input_ids[:, -n_completion:], temperature, with_entropy)
+
+
+def per_token_logps_shared_prompts(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                                   prompt_of: torch.Tensor, completion_ids: torch.Tensor,
+                                   completion_attention: torch.Tensor, temperature: float, with_entropy: bool = False
+                                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """per_token_logps of rows whose prompts repeat (a group's generations, a stage's voters).
+
+    Each distinct prompt (left-padded `prompt_ids`, U x P) runs once; its KV cache is indexed per
+    row (`prompt_of`, R) and the rows' completions (right-padded, R x C) run on it, gradients
+    flowing back through the index into the shared pass. The positions and masks are those of
+    per_token_logps on the collated rows, so the values are the same up to float rounding.
+    """
+    head = model(input_ids=prompt_ids, attention_mask=prompt_mask, use_cache=True, logits_to_keep=1)
+    cache = head.past_key_values
+    cache.reorder_cache(prompt_of)
+    mask = torch.cat([prompt_mask[prompt_of], completion_attention], dim=1)
+    rest = model(input_ids=completion_ids, attention_mask=mask, past_key_values=cache, use_cache=True).logits
+    logits = torch.cat([head.logits[prompt_of], rest[:, :-1, :]], dim=1)  # the logits that predict each token
+    return _logps_and_entropy(logits, completion_ids, temperature, with_entropy)
+
+
+def _logps_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of `tokens` under `logits` (B x T x V, each position predicting its token) scaled by
+    the temperature, and the entropies when asked."""
+    logits = logits.float() / temperature
+    logps = selective_log_softmax(logits, tokens)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
     return logps, entropy
 

@@ -17,7 +17,8 @@ import torch
 
 from trainer.rl.agent_gradients import role_agent_metrics
 from trainer.rl.distributed import Ranks
-from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
+from trainer.rl.grpo import (LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps,
+                             per_token_logps_shared_prompts)
 from trainer.rl.policies import Policy, PolicySet
 from trainer.settings import TrainingSettings
 
@@ -61,6 +62,16 @@ class GradientRecorder:
 
     def reset(self) -> None:
         self.grads, self.agent_grads = {}, {}
+
+    def add_zero(self, role: str, agent: int | None, params: list[torch.nn.Parameter]) -> None:
+        """Count `role` (and its `agent`) as present with a zero gradient so far: what rows with zero
+        advantage would have delivered through the hooks, had they been back-propagated."""
+        keys = [(self.grads, role)] + ([(self.agent_grads, (role, agent))] if agent is not None else [])
+        for store, key in keys:
+            buf = store.setdefault(key, [None] * len(params))
+            for i, p in enumerate(params):
+                if buf[i] is None:
+                    buf[i] = torch.zeros_like(p, dtype=torch.float32)
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Per role: norm of its gradient, its share of the summed squared norms, cosine with the others'."""
@@ -117,6 +128,32 @@ def collate(rows: list[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, t
     return ids, attn, cmask
 
 
+def collate_shared_prompts(rows: list[Row], pad_id: int
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows' distinct prompts left-padded, each row's prompt index, and its completion right-padded:
+    (prompt_ids, prompt_mask, prompt_of, completion_ids, completion_attention, completion_mask)."""
+    distinct: dict[tuple[int, ...], int] = {}
+    prompt_of = torch.tensor([distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in rows])
+    p_len = max(len(p) for p in distinct)
+    c_len = max(len(r.completion_ids) for r in rows)
+    prompt_ids = torch.full((len(distinct), p_len), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    for i, p in enumerate(distinct):
+        prompt_ids[i, p_len - len(p):] = torch.tensor(p)
+        prompt_mask[i, p_len - len(p):] = 1
+    completion_ids = torch.full((len(rows), c_len), pad_id, dtype=torch.long)
+    cmask = torch.zeros((len(rows), c_len), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        completion_ids[i, :len(r.completion_ids)] = torch.tensor(r.completion_ids)
+        cmask[i, :len(r.completion_ids)] = 1
+    return prompt_ids, prompt_mask, prompt_of, completion_ids, cmask.long(), cmask
+
+
+def repeats_prompts(rows: list[Row]) -> bool:
+    """Whether some prompt stands in more than one row (a group's generations share theirs)."""
+    return len({tuple(r.prompt_ids) for r in rows}) < len(rows)
+
+
 STAT_KEYS = ("loss", "entropy", "kl", "clipped", "tokens")
 
 
@@ -130,7 +167,12 @@ class PolicyUpdater:
         self.recorders = {p.name: GradientRecorder(p.params) for p in policies}
 
     def logps(self, model: torch.nn.Module, batch: list[Row], with_entropy: bool = False):
-        """(per-token log-probs, entropies or None, completion mask) of a micro-batch."""
+        """(per-token log-probs, entropies or None, completion mask) of a micro-batch; rows that repeat
+        a prompt share its forward pass (not under gradient checkpointing, which drops the KV cache)."""
+        if repeats_prompts(batch) and not getattr(model, "is_gradient_checkpointing", False):
+            *tensors, cmask = [x.to(self.device) for x in collate_shared_prompts(batch, self.pad_id)]
+            logps, entropy = per_token_logps_shared_prompts(model, *tensors, self.t.temperature, with_entropy)
+            return logps, entropy, cmask
         ids, attn, cmask = collate(batch, self.pad_id)
         ids, attn, cmask = ids.to(self.device), attn.to(self.device), cmask.to(self.device)
         logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], self.t.temperature, with_entropy)
@@ -151,7 +193,12 @@ class PolicyUpdater:
         totals = BatchTotals(n_sequences=int(n_seq), n_tokens=int(n_tok),
                              max_completion_length=self.t.max_completion_length)
         by_agent = self.t.agent_gradients
-        batches = micro_batches(rows, self.t.micro_batch_tokens, by_agent)
+        # Without a KL term a row with zero advantage has exactly zero gradient: it is not back-
+        # propagated, only its entropy (a logged statistic) is computed, without a graph.
+        idle = [r for r in rows if self.t.beta == 0 and r.advantage == 0]
+        batches = micro_batches([r for r in rows if not (self.t.beta == 0 and r.advantage == 0)],
+                                self.t.micro_batch_tokens, by_agent)
+        idle_batches = micro_batches(idle, self.t.micro_batch_tokens, by_agent)
         old_logps = None
         if self.t.num_iterations > 1:  # the sampling policy's log-probs, before any update
             with torch.no_grad():
@@ -164,6 +211,10 @@ class PolicyUpdater:
                 s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
                 recorder.role, recorder.agent = batch[0].role, batch[0].agent if by_agent else None
                 finite &= self._backward(policy, model, batch, old_logps[bi] if old_logps else None, totals, s)
+            for batch in idle_batches:
+                s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
+                recorder.add_zero(batch[0].role, batch[0].agent if by_agent else None, policy.params)
+                finite &= self._entropy_only(model, batch, s)
             self.ranks.reduce_gradients(policy.params, recorder.grads, policy.roles)  # summed over ranks
             if by_agent:
                 self.ranks.reduce_agent_gradients(policy.params, recorder.agent_grads)
@@ -204,3 +255,14 @@ class PolicyUpdater:
         s["clipped"] += float((token.clipped.float() * cmask).sum())
         s["tokens"] += float(cmask.sum())
         return finite
+
+    @torch.no_grad()
+    def _entropy_only(self, model: torch.nn.Module, batch: list[Row], s: dict[str, float]) -> bool:
+        """The statistics of a micro-batch of zero-advantage rows (beta = 0): its loss, clipped
+        tokens and gradient are exactly zero, so only the entropy is computed; whether the
+        log-probs are finite (as the loss of a back-propagated batch would show)."""
+        logps, entropy, cmask = self.logps(model, batch, with_entropy=True)
+        s["entropy"] += float((entropy * cmask).sum())
+        s["kl"] += float("nan")  # no KL term (beta = 0), as in _backward
+        s["tokens"] += float(cmask.sum())
+        return bool(torch.isfinite(logps).all())
