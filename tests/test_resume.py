@@ -152,15 +152,15 @@ def test_changed_config_is_refused_by_the_launcher_and_cli_before_submitting(tmp
 @pytest.mark.slow
 def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model, monkeypatch, capsys):
     import trainer.rl.train as train_module
-    from trainer.rl.grpo import LOSS_AGGREGATIONS
+    from trainer.rl import grpo
 
-    real = LOSS_AGGREGATIONS["dapo"]
+    real = grpo.selective_log_softmax
     poisoned = {"on": False}
-    poison_steps: list[int] = []  # the steps whose loss is NaN
+    poison_steps: list[int] = []  # the steps whose log-probs (and so loss) are NaN
 
-    def nan_when_poisoned(per_token, mask, totals):
-        loss = real(per_token, mask, totals)
-        return loss * float("nan") if poisoned["on"] else loss
+    def nan_when_poisoned(logits, tokens):  # every row's, back-propagated or not (zero advantage)
+        logps = real(logits, tokens)
+        return logps * float("nan") if poisoned["on"] else logps
 
     real_step = train_module.Trainer.train_step
 
@@ -168,7 +168,7 @@ def test_nan_loss_skips_the_step_and_too_many_fail_the_run(tmp_path, base_model,
         poisoned["on"] = s in poison_steps
         return real_step(self, s)
 
-    monkeypatch.setitem(LOSS_AGGREGATIONS, "dapo", nan_when_poisoned)
+    monkeypatch.setattr(grpo, "selective_log_softmax", nan_when_poisoned)
     monkeypatch.setattr(train_module.Trainer, "train_step", step)
     run_dir = tmp_path / "nan"
     cfg = run_config(max_skipped=1)

@@ -30,6 +30,7 @@ from trainer.rl.evaluation import eval_metrics, run_split
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
 from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.peak_keeper import PeakKeeper
+from trainer.rl.seeding import epoch_order, seed_everything, step_seed
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
@@ -46,20 +47,6 @@ __all__ = ["GradientRecorder", "ResumeError", "Row", "Trainer", "TrainingError",
 
 class TrainingError(RuntimeError):
     """A run that cannot go on (e.g. too many steps with a non-finite loss or gradient)."""
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU runs are then deterministic)."""
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def step_seed(seed: int, step: int, salt: int = 0) -> int:
-    """A seed per (run seed, step): a resumed run draws what an uninterrupted one would."""
-    return (seed * 1_000_003 + step * 7_919 + salt) % 2**31
 
 
 class Trainer:
@@ -117,7 +104,6 @@ class Trainer:
         """The train problems and each eval split's (its eval_problems, else training's), from the sources."""
         params = self.cfg["task_params"]  # the source dicts as written (trainer.tasks reads them)
         self.train_problems = load_problems(self.settings.task, params["train"], "train")
-        self._order: tuple[int, list[int]] = (-1, [])  # (epoch, its order): _epoch_order
         self.eval_splits = {}
         for i, spec in enumerate(params["eval"]):
             spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
@@ -147,16 +133,8 @@ class Trainer:
         out = []
         for pos in range((step - 1) * k, step * k):
             epoch, i = divmod(pos, n)
-            out.append(self.train_problems[self._epoch_order(epoch)[i]])
+            out.append(self.train_problems[epoch_order(self.settings.seed, epoch, n)[i]])
         return out
-
-    def _epoch_order(self, epoch: int) -> list[int]:
-        """The train problems' order in `epoch` (kept: shuffling thousands of indices per prompt costs)."""
-        if self._order[0] != epoch:
-            order = list(range(len(self.train_problems)))
-            random.Random(step_seed(self.settings.seed, epoch, salt=1)).shuffle(order)
-            self._order = (epoch, order)
-        return self._order[1]
 
     # -- one step ---------------------------------------------------------------------------
     def rollout(self, step: int) -> tuple[list[Episode], list[int]]:
