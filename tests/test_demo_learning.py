@@ -21,8 +21,10 @@ from trainer.rl.run import run_training
 
 RUN = "single-code-tiny-shared-s0"
 WARM_START_STEPS = 300
+# 4 samples of each of the 100 eval problems: one sample each put the base at 0.57 where four put it at
+# 0.49, and the rise measured from one sample sat at the threshold's float rounding (0.57 -> 0.67)
 SCHEDULE = {"max_steps": 16, "prompts_per_step": 8, "num_generations": 4, "eval_every": 16, "save_every": 16,
-            "eval_problems": 100, "samples_per_eval": 100}
+            "eval_problems": 100, "eval_samples": 4, "samples_per_eval": 100}
 WINDOW = 4  # steps averaged at each end
 
 
