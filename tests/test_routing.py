@@ -262,6 +262,22 @@ def test_zero_advantage_rows_are_not_back_propagated_and_change_nothing(agent_gr
     assert not all(torch.equal(p, a) for p, a in zip(policy.params, after))
 
 
+def test_a_step_whose_rows_all_have_zero_advantage_still_steps_adam() -> None:
+    """Nothing is back-propagated, yet the optimizer steps on zero gradients as it would had every
+    row been: Adam's momentum from the step before moves the weights, and its step count advances."""
+    trainer = make_trainer(routing_table("shared", ("generator",)), training("lora"))
+    policy = trainer.policies.policies["shared"]
+    trainer.update(policy, rows_for(["generator"]))
+    idle = rows_for(["generator"], seed=2)
+    for r in idle:
+        r.advantage = 0.0
+    before = [p.detach().clone() for p in policy.params]
+    stats = trainer.update(policy, idle)
+    assert stats["generator"]["grad_norm"] == 0.0 and not stats["generator"]["skipped"]
+    assert all(policy.optimizer.state[p]["step"] == 2 for p in policy.params)
+    assert not all(torch.equal(p, b) for p, b in zip(policy.params, before))
+
+
 def test_policy_groups_from_config_reach_the_routing_table() -> None:
     """training.policy_groups is a valid config key and is what the trainer's routing reads."""
     from tests.conftest import ROOT

@@ -3,7 +3,9 @@
 Rows are grouped by role into micro-batches (so a leaf hook can attribute each backward pass's
 gradient to one role; with `training.agent_gradients` by role and agent instance, agent_gradients.py), the GRPO token loss of grpo.py is aggregated by `loss_type`, gradients are
 clipped per policy, and a step with a non-finite loss or gradient is skipped (its rows still
-count in the logs). In a data-parallel run each rank back-propagates its share of the rows, its
+count in the logs). Without a KL term (beta 0) rows with zero advantage have exactly zero gradient
+and are not back-propagated, only their entropy computed; rows that repeat a prompt share its
+forward pass (grpo.per_token_logps_shared_prompts). In a data-parallel run each rank back-propagates its share of the rows, its
 loss normalised by the whole batch's sizes, and the gradients (and each role's) are summed over
 the ranks before the clip (trainer/rl/distributed.py), so every rank steps as one process would.
 """
@@ -215,6 +217,9 @@ class PolicyUpdater:
                 s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
                 recorder.add_zero(batch[0].role, batch[0].agent if by_agent else None, policy.params)
                 finite &= self._entropy_only(model, batch, s)
+            for p in policy.params:  # no row back-propagated: zeros, so Adam still steps (its momentum) as then
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
             self.ranks.reduce_gradients(policy.params, recorder.grads, policy.roles)  # summed over ranks
             if by_agent:
                 self.ranks.reduce_agent_gradients(policy.params, recorder.agent_grads)
