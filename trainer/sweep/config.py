@@ -7,9 +7,8 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from trainer import settings
@@ -17,6 +16,9 @@ from trainer.sweep import rundir
 from trainer.sweep.peak import PEAK_WINDOW_KEY, SMOOTHING_WINDOW
 from trainer.sweep.runid import RunId
 from trainer.sweep.variants import deep_merge, variant_delta, variant_problems, variant_runs
+
+if TYPE_CHECKING:  # imported by validate_config alone: resolving and reading a run's config needs no
+    import jsonschema  # jsonschema (the GPU device check's image lacks it)
 
 # Sections that decide what a run computes; launcher and resources only decide where it runs,
 # so changing them must not invalidate a run's checkpoints.
@@ -56,6 +58,8 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any]) -> None:
 
     Raises ConfigError naming every offending key, e.g. `training.learning_rat: unknown key`.
     """
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(schema)
     coerce_command_line_strings(config, validator)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
