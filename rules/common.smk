@@ -18,6 +18,7 @@ from trainer.sweep.config import (
 )
 from trainer.sweep.launch import rerun_trigger_items
 from trainer.sweep.preflight import check_matrix
+from trainer.sweep.gate import check_matrix as check_plan
 from trainer.sweep.prefetch import (
     dataset_config_names,
     dataset_key,
@@ -29,6 +30,7 @@ from trainer.sweep.cost import run_turns
 
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
 check_matrix(config)  # a rollout backend that cannot start in this environment fails here (issue 18)
+check_plan(config)  # a run whose one eval cannot fit its job is refused here (trainer/sweep/gate.py)
 
 RESULTS = "results"
 RUNS = [str(r) for r in expand_matrix(config)]

@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status_parser(sub)
     _add_plan_parser(sub)
     sub.add_parser("score", help="re-score saved completions (see trainer/tasks/cli.py)")
+    p = sub.add_parser("clean", help="remove superseded state of unfinished runs (half-written, damaged or "
+                                      "surplus checkpoints, dead temporaries); never a finished run")
+    p.add_argument("--results", default="results", help="the results directory (default: results)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     p = sub.add_parser("install-profile", help="link profiles/NAME where `snakemake --profile NAME` looks")
     p.add_argument("--name", default="slurm")
     p.add_argument("--repo", default=".", help="the repository root (default: here)")
@@ -287,6 +291,17 @@ def plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def clean_command(args: argparse.Namespace) -> int:
+    """`python -m trainer clean`: remove (or list) the superseded state of unfinished runs (trainer/sweep/clean.py)."""
+    from trainer.sweep.clean import clean
+
+    found = clean(args.results, dry_run=args.dry_run)
+    for path, size in found:
+        print(f"{'would remove' if args.dry_run else 'removed'} {path} ({size / 1e9:.3f} GB)")
+    print(f"{len(found)} paths, {sum(s for _, s in found) / 1e9:.3f} GB" + (" (dry run)" if args.dry_run else ""))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "base-model": base_model_command,
     "launch": launch_command,
@@ -297,6 +312,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": status_command,
     "plan": plan_command,
     "runs": runs_command,
+    "clean": clean_command,
 }
 
 

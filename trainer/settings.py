@@ -72,6 +72,21 @@ class VllmSettings:
     max_lora_rank: int | None = setting(None, "Highest adapter rank served (None: lora.r rounded up to a vLLM rank).")
 
 
+def check_importance_sampling(t: "TrainingSettings") -> None:
+    """The importance ratio's settings; top_p 1 with vllm: under top_p < 1 the engine's log-probs are
+    renormalised over the nucleus (vLLM's processed_logprobs), the trainer's are not."""
+    mode, lo, hi = (t.vllm_importance_sampling_mode, t.vllm_importance_sampling_clip_min,
+                    t.vllm_importance_sampling_clip_max)
+    if mode not in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):  # grpo.IS_MODES
+        raise SettingsError(f"training.vllm_importance_sampling_mode: {mode!r} is not token_truncate, token_mask, "
+                            "sequence_truncate or sequence_mask")
+    if (lo is None and hi is None and mode.endswith("_truncate")) or (None not in (lo, hi) and lo > hi):
+        raise SettingsError(f"training.vllm_importance_sampling_clip_min/_clip_max: [{lo}, {hi}] is not a range")
+    if t.generation_backend == "vllm" and t.top_p != 1:
+        raise SettingsError(f"training.top_p: {t.top_p} with generation_backend vllm: logp_mismatch and the importance "
+                            "ratio compare engine and trainer log-probs, defined for top_p 1 only; set top_p: 1.0")
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     """GRPO hyperparameters under TRL's GRPOConfig names, plus the multi-role knobs.
@@ -110,6 +125,13 @@ class TrainingSettings:
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward (real scales).")
     generation_backend: str = setting("hf", "Rollout backend: hf (Hugging Face generate) or vllm.")
     vllm: VllmSettings = setting(VllmSettings(), "The vllm backend's engine settings.")
+    vllm_importance_sampling_correction: bool = setting(  # TRL's default is on; off keeps earlier vllm runs as run
+        False, "vllm backend: weight each token's loss by TRL's truncated/masked importance ratio between the "
+               "trainer's and the engine's log-probs (the hf backend samples on-policy: no-op).")
+    vllm_importance_sampling_mode: str = setting(
+        "sequence_mask", "token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's names and default).")
+    vllm_importance_sampling_clip_max: float | None = setting(3.0, "Upper bound of the importance ratio (TRL's C_max).")
+    vllm_importance_sampling_clip_min: float | None = setting(None, "Lower bound of the importance ratio (TRL's C_min).")
     on_warning: str = setting("log", "What an early warning does: log, or stop (checkpoint, end done-early).")
     early_warning: EarlyWarningSettings = setting(EarlyWarningSettings(), "The early-warning detectors' thresholds.")
     generation_memory_gb: float | None = setting(None, "KV-cache budget (GiB) of one HF generate chunk (None: half "
@@ -135,6 +157,7 @@ class TrainingSettings:
         check_eval_problems(self.eval_problems, "training.eval_problems")
         if self.eval_samples < 1:
             raise SettingsError(f"training.eval_samples: {self.eval_samples} is below 1")
+        check_importance_sampling(self)
         if self.eval_samples > 1 and self.eval_temperature == 0:
             # greedy decoding gives the same episode k times: pass@k would be accuracy, the spread zero
             raise SettingsError(f"training.eval_samples: {self.eval_samples} samples per eval problem need sampling, "

@@ -8,6 +8,7 @@ batch's loss, so summing micro-batch losses (and their gradients) gives the full
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Hashable
@@ -91,6 +92,28 @@ def grpo_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: to
         loss = loss + beta * kl
     clipped = ((coef_1 < 1 - epsilon_low) & (advantages < 0)) | ((coef_1 > 1 + epsilon_high) & (advantages > 0))
     return TokenLoss(loss=loss, kl=kl, clipped=clipped)
+
+
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def vllm_importance_sampling_ratio(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor,
+                                   mode: str, clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+    """TRL's `vllm_importance_sampling_correction` weight (GRPOTrainer._generate_and_score_completions):
+    exp(trainer log p - engine log p) per token (`token_*`, B x T) or summed over the sequence
+    (`sequence_*`, B x 1), clamped to [clip_min, clip_max] (`*_truncate`) or set to 0 outside it
+    (`*_mask`). A NaN engine log-prob gives a zero difference (ratio 1), as in TRL. No gradient."""
+    diff = torch.nan_to_num((old_logps.detach() - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence_"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("_truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    if mode.endswith("_mask"):
+        lo = clip_min if clip_min is not None else -math.inf
+        hi = clip_max if clip_max is not None else math.inf
+        return ratio.masked_fill((ratio < lo) | (ratio > hi), 0.0)
+    raise ValueError(f"training.vllm_importance_sampling_mode: {mode!r} is not one of {', '.join(IS_MODES)}")
 
 
 @dataclass

@@ -35,7 +35,7 @@ from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
 from trainer.rl.weight_sync import logp_mismatch
-from trainer.rl.update import GradientRecorder, PolicyUpdater, Row, collate, micro_batches
+from trainer.rl.update import IS_COLUMNS, GradientRecorder, PolicyUpdater, Row, collate, micro_batches
 from trainer.settings import RunSettings, eval_problem_limit
 from trainer.sweep import rundir
 from trainer.sweep.preflight import check_run
@@ -159,7 +159,7 @@ class Trainer:
     def policy_rows(self, policy: Policy, turns: list[Turn]) -> list[Row]:
         """The step's training samples of `policy`: its roles' turns that generated tokens."""
         return [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward,
-                    row_agent(t.role, t.agent, self.workflow.parallel_role))
+                    row_agent(t.role, t.agent, self.workflow.parallel_role), t.completion.logprobs)
                 for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
 
     def train_step(self, step: int) -> None:
@@ -169,7 +169,7 @@ class Trainer:
         turns = [t for ep in episodes for t in ep.turns]
         zero_var = early_warning.zero_variance_shares(episodes, group_of)  # early warning: advantage collapse
         # training-inference mismatch per role, before the update (vllm only: HF logps are the trainer's)
-        mismatch = logp_mismatch(self.policies, turns, self.t.temperature) \
+        mismatch = logp_mismatch(self.policies, turns, self.t.temperature, self.ranks) \
             if self.t.generation_backend == "vllm" else {}
         for policy in self.policies:
             stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
@@ -194,6 +194,7 @@ class Trainer:
                     "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
                     "logp_mismatch": mismatch.get(role, float("nan")),
                     "zero_var_group_share": zero_var.get(role, float("nan")),
+                    **{k: s[k] for k in IS_COLUMNS if k in s},  # vllm_importance_sampling_correction's ratio
                     **(agent_columns(s) if self.t.agent_gradients else {}),  # per-agent gradients (voters, workers)
                 })
         self.generate.after_update(step)  # sync the updated weights into the vllm engine, verified

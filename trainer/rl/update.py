@@ -20,7 +20,7 @@ import torch
 from trainer.rl.agent_gradients import role_agent_metrics
 from trainer.rl.distributed import Ranks
 from trainer.rl.grpo import (LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps,
-                             per_token_logps_shared_prompts)
+                             per_token_logps_shared_prompts, vllm_importance_sampling_ratio)
 from trainer.rl.policies import Policy, PolicySet
 from trainer.settings import TrainingSettings
 
@@ -35,6 +35,7 @@ class Row:
     advantage: float
     reward: float
     agent: int = 0  # the instance within a parallel role (voter k, worker k); 0 for other roles
+    engine_logps: list[float] | None = None  # the rollout engine's log-prob of each completion token (vllm)
 
 
 class GradientRecorder:
@@ -157,6 +158,7 @@ def repeats_prompts(rows: list[Row]) -> bool:
 
 
 STAT_KEYS = ("loss", "entropy", "kl", "clipped", "tokens")
+IS_COLUMNS = ("importance_sampling_ratio_mean", "importance_sampling_ratio_min", "importance_sampling_ratio_max")
 
 
 class PolicyUpdater:
@@ -167,6 +169,9 @@ class PolicyUpdater:
         self.policies, self.t, self.pad_id, self.device = policies, training, pad_id, device
         self.ranks = ranks or Ranks.single()
         self.recorders = {p.name: GradientRecorder(p.params) for p in policies}
+        # TRL applies the correction only to vLLM's samples: the hf backend samples with the trainer's own weights
+        self.correct = training.vllm_importance_sampling_correction and training.generation_backend == "vllm"
+        self.first_pass = True  # the importance ratio's statistics: of the first pass over the rows only
 
     def logps(self, model: torch.nn.Module, batch: list[Row], with_entropy: bool = False):
         """(per-token log-probs, entropies or None, completion mask) of a micro-batch; rows that repeat
@@ -206,7 +211,8 @@ class PolicyUpdater:
             with torch.no_grad():
                 old_logps = [self.logps(model, b)[0] for b in batches]
         finite, grad_metrics = True, {}
-        for _ in range(self.t.num_iterations):
+        for it in range(self.t.num_iterations):
+            self.first_pass = it == 0
             policy.optimizer.zero_grad(set_to_none=True)
             recorder.reset()
             for bi, batch in enumerate(batches):
@@ -232,6 +238,8 @@ class PolicyUpdater:
             policy.optimizer.zero_grad(set_to_none=True)
             policy.scheduler.step()
         self.ranks.reduce_role_stats(stats, policy.roles)  # the whole batch's loss terms
+        if self.correct:
+            self._reduce_ratio_stats(stats, policy.roles)
         for role, s in stats.items():
             s.update(grad_metrics.get(role, {}))
             s["skipped"] = not finite
@@ -251,7 +259,8 @@ class PolicyUpdater:
         adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=self.device)
         token = grpo_token_loss(logps, old, adv, self.t.epsilon, self.t.clip_high, self.t.beta, ref,
                                 self.t.use_bias_correction_kl)
-        loss = LOSS_AGGREGATIONS[self.t.loss_type](token.loss, cmask, totals)
+        ratio = self._ratio(batch, old, cmask, s)
+        loss = LOSS_AGGREGATIONS[self.t.loss_type](token.loss if ratio is None else token.loss * ratio, cmask, totals)
         finite = bool(torch.isfinite(loss))
         loss.backward()
         s["loss"] += float(loss.detach())
@@ -267,7 +276,44 @@ class PolicyUpdater:
         tokens and gradient are exactly zero, so only the entropy is computed; whether the
         log-probs are finite (as the loss of a back-propagated batch would show)."""
         logps, entropy, cmask = self.logps(model, batch, with_entropy=True)
+        self._ratio(batch, logps, cmask, s)  # its statistics: TRL's cover every row
         s["entropy"] += float((entropy * cmask).sum())
         s["kl"] += float("nan")  # no KL term (beta = 0), as in _backward
         s["tokens"] += float(cmask.sum())
         return bool(torch.isfinite(logps).all())
+
+    def _ratio(self, batch: list[Row], old: torch.Tensor, cmask: torch.Tensor, s: dict[str, float]
+               ) -> torch.Tensor | None:
+        """TRL's importance ratio of a micro-batch (grpo.vllm_importance_sampling_ratio) between the trainer's
+        log-probs before the update (`old`) and the engine's; None when off or a row has no engine log-probs.
+        Its sum, count, min and max (over completion tokens, or sequences in the sequence_* modes, as TRL
+        logs it) go into `s` on the first pass."""
+        if not self.correct or any(r.engine_logps is None for r in batch):
+            return None
+        engine = torch.zeros_like(cmask)
+        for i, r in enumerate(batch):
+            if len(r.engine_logps) != len(r.completion_ids):
+                raise ValueError(f"role {r.role}: {len(r.engine_logps)} engine log-probs for "
+                                 f"{len(r.completion_ids)} completion tokens")
+            engine[i, :len(r.engine_logps)] = torch.tensor(r.engine_logps, dtype=cmask.dtype)
+        ratio = vllm_importance_sampling_ratio(old, engine, cmask, self.t.vllm_importance_sampling_mode,
+                                               self.t.vllm_importance_sampling_clip_min,
+                                               self.t.vllm_importance_sampling_clip_max)
+        flat = ratio.flatten() if ratio.shape[1] == 1 else ratio[cmask.bool()]
+        if self.first_pass and flat.numel():
+            s["is_sum"] = s.get("is_sum", 0.0) + float(flat.sum())
+            s["is_n"] = s.get("is_n", 0.0) + flat.numel()
+            s["is_min"] = min(s.get("is_min", math.inf), float(flat.min()))
+            s["is_max"] = max(s.get("is_max", -math.inf), float(flat.max()))
+        return ratio
+
+    def _reduce_ratio_stats(self, stats: dict[str, dict[str, float]], roles: list[str]) -> None:
+        """Each role's importance-ratio mean, min and max over every rank's rows (train.parquet's IS_COLUMNS)."""
+        sums = self.ranks.sum_floats([stats.get(r, {}).get(k, 0.0) for r in roles for k in ("is_sum", "is_n")])
+        bounds = self.ranks.all_gather([(stats.get(r, {}).get("is_min", math.inf),
+                                         stats.get(r, {}).get("is_max", -math.inf)) for r in roles])
+        for i, role in enumerate(roles):
+            if role in stats and sums[2 * i + 1] > 0:
+                mine = bounds[i::len(roles)]  # this role's (min, max) on each rank
+                stats[role].update(dict(zip(IS_COLUMNS, (sums[2 * i] / sums[2 * i + 1], min(b[0] for b in mine),
+                                                         max(b[1] for b in mine)))))

