@@ -93,7 +93,8 @@ def probe_logps(model: torch.nn.Module, prompt: list[int], tokens: list[int],
 
 
 class SyncVerifier:
-    """Verifies each sync of a VLLMEngine; keeps each policy's weights (CPU) as of the last verified sync."""
+    """Verifies each sync of a VLLMEngine; keeps each policy's trainable weights on the CPU as of the last
+    verified sync (LoRA: its adapter; finetune full: the whole model)."""
 
     def __init__(self, engine: Any, tokenizer: Any):
         self.engine, self.tokenizer = engine, tokenizer
