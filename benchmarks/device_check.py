@@ -29,7 +29,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -54,6 +53,7 @@ SHAPES = {"0.6b": {**COMMON, "hidden_size": 1024, "intermediate_size": 3072},
           "tiny": {**COMMON, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}}
 SCALE_OF = {"0.6b": "qwen3-0.6b", "1.7b": "qwen3-1.7b", "tiny": "qwen3-0.6b"}
+MODEL_IDS = {"0.6b": "Qwen/Qwen3-0.6B", "1.7b": "Qwen/Qwen3-1.7B"}  # what the cost plan looks rates up by
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list", "barrier",
                "all_gather_into_tensor", "reduce_scatter_tensor")
 
@@ -198,8 +198,17 @@ def one_run(size: str, model_dir: Path, data: Path, mode: str, args: argparse.Na
     return out
 
 
-def device_slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+def record_plan_rate(size: str, run: dict[str, Any], device: str, directory: Path = MEASURED) -> None:
+    """The shared run's generated and trained tokens per second, for the cost plan of this GPU."""
+    from trainer.sweep.measured import record_rate
+
+    record_rate({"model": MODEL_IDS[size], "backend": "hf", "workflow": "voting", "task": "math",
+                 "generate_tokens_per_s": run["generated_tokens"] / run["rollout_s"],
+                 "update_tokens_per_s": run["generated_tokens"] / run["update_s"],
+                 "peak_gpu_gib": run["update_memory"]["peak_allocated_gib"],
+                 "measured_by": "device_check voting shared, random weights (every completion at full length)"},
+                device, directory)
+
 
 
 def print_carried() -> None:
@@ -254,11 +263,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     start = time.perf_counter()
     hidden = env.hide_absent_packages() if args.gpu_image_only else []
-    from trainer.sweep.measured import device_name
+    from trainer.sweep.measured import device_name, slug
 
     cuda = torch.cuda.is_available()
     name = device_name()
-    out_path = args.out or MEASURED / f"device-check-{device_slug(name)}.json"
+    out_path = args.out or MEASURED / f"device-check-{slug(name)}.json"
     counts: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, facts = prepare(Path(tmp), hidden)
@@ -280,6 +289,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for mode in ("shared", "isolated"):
                     run = one_run(size, model, data, mode, args, Path(tmp) / size, ranks)
                     report["runs"].setdefault(size, []).append(run)
+                    if cuda and mode == "shared":  # the cost plan's rates (trainer/sweep/measured.py)
+                        record_plan_rate(size, run, name)
                     report["wall_s"] = time.perf_counter() - start
                     write_report(report, out_path)
         finally:

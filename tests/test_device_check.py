@@ -65,3 +65,13 @@ def test_list_names_what_travels_and_its_size(capsys) -> None:
     assert set(rows) == {"tracked files of the checkout", *(f".whl/{w}" for w in device_stand_ins.CARRIED_WHEELS.values())}
     assert "of 64 MiB" in out and all(name in out for name in rows)
     assert sum(max(size, 0) for size in rows.values()) < device_check.LIMIT_BYTES
+
+
+def test_gpu_runs_give_the_cost_plan_its_rates(tmp_path: Path) -> None:
+    """What a shared GPU run records is what the plan looks up for a voting-math run of that model."""
+    from trainer.sweep.measured import find_rate, load_rates
+
+    run = {"generated_tokens": 1000, "rollout_s": 2.0, "update_s": 4.0, "update_memory": {"peak_allocated_gib": 9.5}}
+    device_check.record_plan_rate("1.7b", run, "NVIDIA H100 80GB HBM3", tmp_path)
+    rate = find_rate(load_rates(tmp_path), "H100", "Qwen/Qwen3-1.7B", "hf", "voting", "math")
+    assert (rate["generate_tokens_per_s"], rate["update_tokens_per_s"], rate["peak_gpu_gib"]) == (500.0, 250.0, 9.5)
