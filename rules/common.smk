@@ -2,6 +2,7 @@
 # this file only names paths.
 import functools
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -32,7 +33,9 @@ validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.sch
 check_matrix(config)  # a rollout backend that cannot start in this environment fails here (issue 18)
 check_plan(config)  # a run whose one eval cannot fit its job is refused here (trainer/sweep/gate.py)
 
-RESULTS = "results"
+RESULTS = config.get("results_dir") or "results"  # a scratch file system: --config results_dir=/scratch/...
+if config.get("hf_home"):
+    os.environ["HF_HOME"] = config["hf_home"]  # the Hugging Face cache of prefetch and of every job it starts
 RUNS = [str(r) for r in expand_matrix(config)]
 SCALES = sorted({parse_run_id(r).scale for r in RUNS})
 

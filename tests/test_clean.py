@@ -58,3 +58,12 @@ def test_clean_command_lists_then_removes(tmp_path):
     assert f"would remove {junk[0]}" in dry and "4 paths" in dry and all(p.exists() for p in junk)
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert f"removed {junk[0]}" in out and not any(p.exists() for p in junk)
+
+
+def test_results_dir_puts_every_output_on_another_file_system(workdir, tmp_path):
+    from tests.conftest import snakemake
+
+    scratch = tmp_path / "scratch" / "results"
+    out = snakemake("-n", "--config", f"results_dir={scratch}", f"hf_home={tmp_path / 'hf'}", cwd=workdir).stdout
+    assert f"{scratch}/runs/voting-math-tiny-shared-s0/done.json" in out
+    assert "results/runs/" not in out.replace(f"{scratch}/runs/", "")
