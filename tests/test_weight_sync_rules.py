@@ -104,7 +104,8 @@ def test_logp_mismatch_slices_rows_and_positions_under_a_budget(real_vocab_polic
     rows = turns(exact_turns)
     gen = [t for t in rows if t.role == "generator"]
     with LargestTensor() as seen:
-        got = weight_sync.completion_logps(real_vocab_policies.model("generator"), [t.completion.prompt_ids for t in gen],
+        got = weight_sync.completion_logps(real_vocab_policies.model("generator"),
+                                           [t.completion.prompt_ids for t in gen],
                                            [t.completion.completion_ids for t in gen], 0.7,
                                            positions=2 * (COMPLETION + 1))
     assert seen.bytes <= 2 * (COMPLETION + 1) * QWEN3_VOCAB * 4

@@ -131,7 +131,7 @@ class TrainingSettings:
     vllm_importance_sampling_mode: str = setting(
         "sequence_mask", "token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's names and default).")
     vllm_importance_sampling_clip_max: float | None = setting(3.0, "Upper bound of the importance ratio (TRL's C_max).")
-    vllm_importance_sampling_clip_min: float | None = setting(None, "Lower bound of the importance ratio (TRL's C_min).")
+    vllm_importance_sampling_clip_min: float | None = setting(None, "Lower bound of the importance ratio (C_min).")
     on_warning: str = setting("log", "What an early warning does: log, or stop (checkpoint, end done-early).")
     early_warning: EarlyWarningSettings = setting(EarlyWarningSettings(), "The early-warning detectors' thresholds.")
     generation_memory_gb: float | None = setting(None, "KV-cache budget (GiB) of one HF generate chunk (None: half "
