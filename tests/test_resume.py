@@ -10,6 +10,7 @@ import pytest
 
 from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs, tiny_base_model, tiny_run_config
 from trainer.sweep.launch import LaunchError, launch, write_run_config
+from trainer.rl.checkpoint_files import seal
 from trainer.rl.run import run_training
 from trainer.rl.train import ResumeError, Trainer
 from trainer.settings import RunSettings
@@ -85,6 +86,7 @@ def test_resume_restores_sampler_position_and_rng(tmp_path, base_model):
     assert [p.id for p in resumed.prompts_for_step(3)] == expected  # the sampler continues where it stood
     state["sampler"]["position"] += 1  # a checkpoint whose sampler disagrees with the config is refused
     torch.save(state, run_dir / "work" / "checkpoints" / "step-000002" / "state.pt")
+    seal(run_dir / "work" / "checkpoints" / "step-000002")  # as if written so: its manifest agrees, it is not damage
     with pytest.raises(ResumeError, match="sampler position"):
         Trainer(cfg, run_dir).resume()
 

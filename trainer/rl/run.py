@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from trainer.rl.checkpoint_files import check_room
 from trainer.rl.distributed import process_group
 from trainer.rl.tracking import TRACKING_JSON
 from trainer.rl.train import Trainer
@@ -51,7 +52,10 @@ def run_training(run_dir: str | Path, restart: bool = False,
             if done_path.exists() and rundir.run_is_done(json.loads(done_path.read_text()), cfg):
                 return json.loads(done_path.read_text())
             try:
-                return Trainer(cfg, run_dir, ranks=ranks).fit(stop)
+                trainer = Trainer(cfg, run_dir, ranks=ranks)
+                if ranks.is_main:  # rank 0 writes the checkpoints: room for the next one, or fail now
+                    check_room(work, cfg, trainer.policies.modules()[0].config.to_dict())
+                return trainer.fit(stop)
             except Exception as e:
                 write_failure(work, cfg["run"], e)
                 raise

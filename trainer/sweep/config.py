@@ -356,11 +356,14 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint under work/ and the run config it was written under, if any."""
-    ckpts = rundir.checkpoints(work)
-    if not ckpts:
-        return None
-    return ckpts[-1], json.loads((ckpts[-1] / rundir.CONFIG_JSON).read_text())
+    """The newest checkpoint under work/ and the run config it was written under, if any. One whose
+    config.json a crash left unreadable is passed over: the trainer moves it aside when it resumes."""
+    for ckpt in reversed(rundir.checkpoints(work)):
+        try:
+            return ckpt, json.loads((ckpt / rundir.CONFIG_JSON).read_text())
+        except (OSError, ValueError):
+            continue  # damaged (trainer/rl/checkpoint_files.py): not the one a resume would use
+    return None
 
 
 def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:

@@ -35,6 +35,9 @@ TRAIN_LOCK = "train.lock"
 # far}; written as checkpoints/.step-NNNNNN.tmp and renamed, deleted by renaming to .step-NNNNNN.deleting.
 CHECKPOINTS_DIR = "checkpoints"
 STATE_PT = "state.pt"
+# written last into each checkpoint: every other file's size and SHA-256 (trainer/rl/checkpoint_files.py); a
+# checkpoint that fails it is renamed step-NNNNNN.damaged-REASON, which `checkpoints` no longer lists
+MANIFEST_JSON = "manifest.json"
 POLICIES_DIR = "policies"
 # The peak model kept (trainer/rl/peak_keeper.py): work/peak/step-NNNNNN/{policies/, peak.json}, hard-linked
 # into each checkpoint (step-NNNNNN/peak/) and, at publish, into the run directory (peak/, via .peak.publishing);
@@ -55,8 +58,8 @@ def checkpoint_tmp_dir(work: Path, step: int) -> Path:
 
 
 def checkpoints(work: Path) -> list[Path]:
-    """The whole checkpoints under work/, oldest first."""
-    return sorted((work / CHECKPOINTS_DIR).glob("step-*"))
+    """The whole checkpoints under work/ (`step-NNNNNN`, not one moved aside as damaged), oldest first."""
+    return sorted(p for p in (work / CHECKPOINTS_DIR).glob("step-*") if p.name[len("step-"):].isdigit())
 
 
 def incomplete_checkpoints(work: Path) -> list[Path]:
