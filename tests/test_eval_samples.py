@@ -3,7 +3,8 @@
 - planted episodes (a scripted policy answers each (problem, sample) right or wrong, scored by the real
   math task) give the accuracy, the spread of the k per-sample accuracies and pass@k worked out by hand;
 - k = 1 keeps what eval.parquet always held (pass_at_k = accuracy, one episode per problem);
-- sharded over ranks, a problem's k samples stay on one rank and the gathered order is the one-process one;
+- sharded over ranks (interleaved), a problem's k samples stay on one rank and the gathered order is the
+  one-process one;
 - k > 1 with greedy eval is an error naming the key; `eval_problems: all`, globally and per split;
 - one small end-to-end eval of a tiny model with k = 5: the row's columns agree with its own episodes;
 - the code task trains on DeepCoder's three subsets with unique ids, and evaluates on LiveCodeBench first.
@@ -19,7 +20,7 @@ import pytest
 
 from tests.conftest import ROOT
 from trainer.rl.distributed import Ranks
-from trainer.rl.evaluation import eval_metrics, run_split
+from trainer.rl.evaluation import eval_metrics, gather_problem_major, run_split, shard_problems
 from trainer.settings import SettingsError, TrainingSettings, eval_problem_limit, task_settings
 from trainer.sweep.config import ConfigError, load_yaml, validate_config
 from trainer.tasks import Problem, get_task
@@ -54,9 +55,9 @@ def math_task():
 def planted_split(math_task, problems, plan, k, ranks=None):
     """run_split of the real single workflow under the planted policy (plan: problem-major flags)."""
     ranks = ranks or Ranks.single()
-    mine = [p for p in ranks.shard(problems) for _ in range(k)]
-    lo = problems.index(mine[0]) * k if mine else 0
-    policy = Planted(mine, plan[lo:lo + len(mine)])
+    mine = shard_problems(problems, ranks)  # interleaved: problems r, r + W, ...
+    replies = [c for p in mine for c in plan[problems.index(p) * k:(problems.index(p) + 1) * k]]
+    policy = Planted([p for p in mine for _ in range(k)], replies)
     return run_split(make_workflow("single", {}, math_task), policy, ranks, problems, k)
 
 
@@ -85,19 +86,30 @@ def test_one_sample_is_the_old_eval_row(math_task):
 
 
 class Gathered(Ranks):
-    """A rank whose all_gather returns its own share (the test concatenates the ranks' shares in order)."""
+    """A rank whose all_gather returns every rank's share as `shares` holds them (a gather without a group)."""
+
+    shares: list = []
 
     def all_gather(self, mine):
-        return list(mine)
+        return list(self.shares)
 
 
-def test_sharded_eval_keeps_a_problems_samples_on_one_rank(math_task):
-    problems = P[:3]  # 3 problems over 2 ranks: 2 and 1
+def test_sharded_eval_interleaves_problems_keeping_a_problems_samples_on_one_rank(math_task):
+    problems = P[:3]  # 3 problems over 2 ranks, interleaved: p0 and p2, then p1
+    assert [[p.id for p in shard_problems(problems, Ranks(r, 2, r))] for r in range(2)] == [["p0", "p2"], ["p1"]]
     flat = [c for row in PLANTED[:3] for c in row]
-    shares = [planted_split(math_task, problems, flat, K, Gathered(r, 2, r)) for r in range(2)]
-    assert [len(s) for s in shares] == [2 * K, 1 * K]
-    gathered = shares[0] + shares[1]
+    workflow = make_workflow("single", {}, math_task)
+    shares = []
+    for r in range(2):
+        mine = [p for p in shard_problems(problems, Ranks(r, 2, r)) for _ in range(K)]
+        replies = [c for p in mine[::K] for c in flat[problems.index(p) * K:(problems.index(p) + 1) * K]]
+        shares.append(workflow.run(mine, Planted(mine, replies)))
+    Gathered.shares = shares
+    gathered = gather_problem_major(Gathered(0, 2, 0), shares[0], len(problems), K)
     assert [ep.problem.id for ep in gathered] == [p.id for p in problems for _ in range(K)]
+    from trainer.workflows import score_episodes
+
+    score_episodes(workflow, gathered)
     assert eval_metrics([ep.correct for ep in gathered], K) == eval_metrics([bool(c) for c in flat], K)
 
 

@@ -142,6 +142,7 @@ class TrainingSettings:
     eval_temperature: float = setting(0.7, "Sampling temperature in eval (0 is greedy).")
     eval_problems: int | str = setting(500, "Problems per eval split, at most, or `all` (a split's own replaces it).")
     eval_samples: int = setting(1, "Episodes per eval problem (k) at eval_temperature: pass_at_k, accuracy_std.")
+    eval_chunk_problems: int = setting(256, "Problems per eval chunk: the unit a requeued job's eval resumes from.")
     samples_per_eval: int = setting(16, "Episodes kept in samples.parquet per eval.")
     enable_thinking: bool = setting(False, "Qwen3 thinking mode in the chat template.")
     max_skipped: int = setting(10, "Steps with a non-finite loss or gradient tolerated before the run fails.")
@@ -155,9 +156,10 @@ class TrainingSettings:
         if self.generation_backend not in ("hf", "vllm"):
             raise SettingsError(f"training.generation_backend: {self.generation_backend!r} is not hf or vllm")
         check_eval_problems(self.eval_problems, "training.eval_problems")
-        if self.eval_samples < 1:
-            raise SettingsError(f"training.eval_samples: {self.eval_samples} is below 1")
         check_importance_sampling(self)
+        for key in ("eval_samples", "eval_chunk_problems"):
+            if getattr(self, key) < 1:
+                raise SettingsError(f"training.{key}: {getattr(self, key)} is below 1")
         if self.eval_samples > 1 and self.eval_temperature == 0:
             # greedy decoding gives the same episode k times: pass@k would be accuracy, the spread zero
             raise SettingsError(f"training.eval_samples: {self.eval_samples} samples per eval problem need sampling, "
@@ -232,6 +234,7 @@ class ResourceSettings:
     cpus: int = setting(1, "CPU cores per job (also the torch threads of a CPU run).")
     mem_gb: float = setting(4, "Memory per job in GiB.")
     time_min: int = setting(60, "Wall-time limit per job in minutes.")
+    collective_timeout_min: float = setting(60, "Minutes a process waits at a collective for its peers (DDP).")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from trainer.rl.checkpoint_files import check_room
 from trainer.rl.distributed import process_group
 from trainer.rl.tracking import TRACKING_JSON
 from trainer.rl.train import Trainer
+from trainer.settings import ResourceSettings, default_of
 from trainer.sweep import rundir
 
 
@@ -39,7 +40,8 @@ def run_training(run_dir: str | Path, restart: bool = False,
     work = run_dir / rundir.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
-    with process_group(cfg["resources"], cfg["run"]) as ranks:
+    timeout = cfg["resources"].get("collective_timeout_min", default_of(ResourceSettings, "collective_timeout_min"))
+    with process_group(cfg["resources"], cfg["run"], timeout_min=timeout) as ranks:
         with hold_run_lock(work) if ranks.is_main else contextlib.nullcontext():
             if ranks.is_main:
                 remove_stale_temporaries(run_dir)

@@ -13,7 +13,6 @@ job calls (the run's lock and failure record around it).
 from __future__ import annotations
 
 import os
-import random
 import socket
 import sys
 import threading
@@ -26,7 +25,7 @@ import torch
 from trainer.rl import early_warning, tracking
 from trainer.rl.agent_gradients import agent_columns, row_agent
 from trainer.rl.distributed import Ranks, device_of, rank_seed
-from trainer.rl.evaluation import eval_metrics, run_split
+from trainer.rl.evaluation import EvalProgress, chunk_seed, run_split, split_rows
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
 from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.peak_keeper import PeakKeeper
@@ -90,6 +89,7 @@ class Trainer:
         self.eval_generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
                                                                temperature=t.eval_temperature, **common))
         self.timings = {"update_s": 0.0, "checkpoint_s": 0.0}  # the longest seen: what a signal must wait for
+        self.resumed_at: int | None = None  # the step resume() restored (its eval may reuse saved chunks)
         self._load_problems()
         self.train_rows, self.eval_rows, self.sample_rows = [], [], []  # the parquet logs' rows, as dicts
         self.warning_rows: list[dict[str, Any]] = []  # early warnings (early_warning.py): warnings.parquet
@@ -203,29 +203,25 @@ class Trainer:
     # -- evaluation -------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, step: int) -> None:
-        """Evaluate every split; the rows are kept only once all splits are done (a stop abandons them)."""
+        """Evaluate every split in chunks (evaluation.py), each saved as it finishes; a resumed step's eval
+        reuses its saved chunks. The rows are kept only once all splits are done (a stop abandons them)."""
         eval_rows, sample_rows = [], []
         for m in self.policies.modules():
             m.eval()
-        for split, problems in self.eval_splits.items():
+        progress = EvalProgress(self.work, step, self.settings.config_hash, self.ranks.is_main, self.log)
+        progress.discard(keep=step == self.resumed_at)  # saved chunks are of the policies resumed with
+        for i, (split, problems) in enumerate(self.eval_splits.items()):
             t0 = time.time()
-            torch.manual_seed(rank_seed(step_seed(self.settings.seed, step, salt=2), self.ranks.rank))
-            # eval_samples episodes per problem, problem-major, sharded by problem (evaluation.py)
-            episodes = run_split(self.workflow, self.eval_generate, self.ranks, problems, self.t.eval_samples)
-            row = {"step": step, "split": split, **eval_metrics([ep.correct for ep in episodes], self.t.eval_samples),
-                   "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
-                   **self.workflow.diagnostics(episodes), "time_s": time.time() - t0}
+            episodes = run_split(self.workflow, self.eval_generate, self.ranks, problems, self.t.eval_samples,
+                                 self.t.eval_chunk_problems, lambda c: chunk_seed(self.settings.seed, step, c),
+                                 progress, i)
+            row, samples = split_rows(step, split, episodes, self.t.eval_samples, self.workflow, self.task,
+                                      self.settings.seed, self.t.samples_per_eval, time.time() - t0)
             eval_rows.append(row)
-            keep = random.Random(step_seed(self.settings.seed, step, salt=3)).sample(
-                range(len(episodes)), min(self.t.samples_per_eval, len(episodes)))
-            for e in sorted(keep):
-                ep = episodes[e]
-                for k, turn in enumerate(ep.turns):
-                    sample_rows.append({
-                        "step": step, "split": split, "episode": e, "problem_id": ep.problem.id, "turn": k,
-                        "role": turn.role, "agent": turn.agent, "prompt": turn.prompt,
-                        "completion": turn.completion.text, "reward": float(ep.score.score if ep.score else 0.0),
-                        "final_answer": self.task.extract_answer(ep.final_text) or "", "correct": ep.correct})
+            sample_rows += samples
+        if progress.resumed:
+            self.log(f"step {step} eval: resumed {progress.resumed} saved chunks of problems")
+        progress.discard()
         self.eval_rows += eval_rows
         self.sample_rows += sample_rows
         self.peak.observe(self.eval_rows, step, self.policies)
@@ -353,6 +349,7 @@ class Trainer:
         """
         step, logs = load_checkpoint(self.work, self.cfg, self.policies, self.sampler_state, self.log,
                                      clean_up=self.ranks.is_main)  # DDP: rank 0 removes a partial one
+        self.resumed_at = step  # the eval of this step may reuse saved chunks (evaluation.py)
         if step:
             self.train_rows, self.eval_rows, self.sample_rows = logs["train"], logs["eval"], logs["samples"]
             self.warning_rows = logs["warnings"]

@@ -31,6 +31,9 @@ WORK_DIR = "work"
 PROGRESS_JSON = "progress.json"
 FAILURE_JSON = "failure.json"
 TRAIN_LOCK = "train.lock"
+# an eval's finished chunks of problems, so that a requeued job resumes it (trainer/rl/evaluation.py):
+# eval_progress/step-NNNNNN/SPLIT_INDEX-CHUNK.pkl, removed once the eval is done
+EVAL_PROGRESS_DIR = "eval_progress"
 # The checkpoint layout, under work/: checkpoints/step-NNNNNN/{state.pt, policies/, config.json, the logs so
 # far}; written as checkpoints/.step-NNNNNN.tmp and renamed, deleted by renaming to .step-NNNNNN.deleting.
 CHECKPOINTS_DIR = "checkpoints"
