@@ -2,8 +2,9 @@
 
 On a small random Qwen3 (LoRA policies, as a run has), greedy outputs of a chunked call equal the
 unchunked call's token for token and in input order; the number of chunks follows the budget; and
-every chunk's KV cache, estimated HERE from the model config (layers x KV heads x head dim x K/V x
-dtype bytes x rows x (longest prompt + max_new_tokens)), stays under the budget. The chunks are
+every chunk's KV cache and logits, estimated HERE from the model config (layers x KV heads x head dim x
+K/V x dtype bytes x rows x (longest prompt + max_new_tokens), plus rows x 4 float32 copies of the
+vocabulary), stays under the budget. The chunks are
 seen by spying on the real Hugging Face `generate`; the stage is still one logical call.
 """
 
@@ -38,9 +39,11 @@ def setup():
 
 
 def kv_bytes(config, rows: int, tokens: int) -> int:
-    """The test's own estimate: float32 K and V per layer, per KV head, per head dimension."""
+    """The test's own estimate: float32 K and V per layer, per KV head, per head dimension, and each row's
+    decode-step logits (float32 over the vocabulary: the logits, scores, probabilities and top-p sort)."""
     head_dim = config.hidden_size // config.num_attention_heads
-    return config.num_hidden_layers * config.num_key_value_heads * head_dim * 2 * 4 * rows * tokens
+    kv = config.num_hidden_layers * config.num_key_value_heads * head_dim * 2 * 4 * rows * tokens
+    return kv + rows * 4 * config.vocab_size * 4
 
 
 def run(setup, monkeypatch, memory_gb: float) -> tuple[HFGenerator, list, list[tuple[int, int]]]:

@@ -117,3 +117,12 @@ def test_snakemake_dry_run_refuses_and_the_override_submits(workdir):
     assert proc.returncode != 0 and "voting-math-qwen3-4b-shared-s0: one eval" in out and "eval_problems" in out
     ok = snakemake("-n", "--config", "matrix=paper", short, "allow_unfit_runs=true", cwd=workdir)
     assert "refused but submitted" in ok.stderr and "voting-math-qwen3-4b-shared-s0" in ok.stdout
+
+
+def test_an_update_micro_batch_over_the_devices_memory_warns():
+    run, rc, scale = the_run(one_run_config(workflow="single", task="code", scale="qwen3-0.6b"))
+    assert assess(run, rc, scale, [], "H100")["memory_gib"] < 80
+    run, rc, scale = the_run(one_run_config(workflow="single", task="code", scale="qwen3-0.6b",
+                                            micro_batch_tokens=65536))
+    row = assess(run, rc, scale, [], "H100")  # 32 rows x 2048 completion positions x 151,936 logits
+    assert row["memory_gib"] > 80 and row["gate"] == "warn" and "training.micro_batch_tokens" in row["gate_reason"]

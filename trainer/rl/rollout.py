@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
+from trainer.sweep import memory
 from trainer.sweep.config import ConfigError
 from trainer.rl.chat import chat_prompt  # noqa: F401  (re-exported: base_model and tests import it here)
 from trainer.rl.policies import PolicySet
@@ -37,10 +38,8 @@ CPU_DEFAULT_GB = 2.0      # fixed on CPU: a developer's machine is shared, its f
 
 
 def kv_bytes_per_token(config: Any, dtype_bytes: int) -> int:
-    """Bytes of KV cache one token holds: layers x KV heads x head dim x (K and V) x dtype bytes."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    return config.num_hidden_layers * kv_heads * head_dim * 2 * dtype_bytes
+    """Bytes of KV cache one token holds (trainer.sweep.memory, the plan's model too)."""
+    return memory.kv_bytes_per_token(config, dtype_bytes)
 
 
 def generation_budget_bytes(memory_gb: float | None, device: str | torch.device) -> int:
@@ -52,20 +51,23 @@ def generation_budget_bytes(memory_gb: float | None, device: str | torch.device)
     return int(CPU_DEFAULT_GB * 2**30)
 
 
-def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, budget: int) -> list[list[int]]:
-    """Row indices grouped into chunks, shortest prompts first, each chunk's KV cache within `budget`.
+def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, budget: int,
+                row_bytes: int = 0) -> list[list[int]]:
+    """Row indices grouped into chunks, shortest prompts first, each chunk's peak within `budget`.
 
-    A left-padded chunk of rows holds rows x (its longest prompt + max_new_tokens) tokens of cache.
+    A left-padded chunk of rows holds rows x (its longest prompt + max_new_tokens) tokens of cache, and
+    each row `row_bytes` more (its decode step's logits): trainer.sweep.memory.rollout_chunk_bytes.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # stable: ties keep input order
     chunks: list[list[int]] = []
     for i in order:
         width = lengths[i] + max_new_tokens  # the longest so far: sorted ascending
-        if width * bytes_per_token > budget:
+        per_row = width * bytes_per_token + row_bytes
+        if per_row > budget:
             raise ConfigError(f"training.generation_memory_gb: one sequence of {width} tokens needs "
-                              f"{width * bytes_per_token / 2**30:.3f} GiB of KV cache, over the budget of "
+                              f"{per_row / 2**30:.3f} GiB of KV cache and logits, over the budget of "
                               f"{budget / 2**30:.3f} GiB: raise it or lower max_completion_length")
-        if chunks and (len(chunks[-1]) + 1) * width * bytes_per_token <= budget:
+        if chunks and (len(chunks[-1]) + 1) * per_row <= budget:
             chunks[-1].append(i)
         else:
             chunks.append([i])
@@ -91,7 +93,9 @@ def shared_prompt_cache(model: Any, input_ids: torch.Tensor, attention_mask: tor
     distinct = list(first.values())
     ids, mask = input_ids[distinct, :-1], attention_mask[distinct, :-1]
     positions = (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
-    cache = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True).past_key_values
+    # logits of the last position only (the cache is what is wanted): not prompt length x vocabulary
+    cache = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                  logits_to_keep=1).past_key_values
     slot = {r: k for k, r in enumerate(first)}
     cache.reorder_cache(torch.tensor([slot[r] for r in rows], device=input_ids.device))  # one row per prompt row
     return cache
@@ -130,7 +134,8 @@ class HFGenerator:
         per_token = kv_bytes_per_token(model.config, next(model.parameters()).element_size())
         budget = generation_budget_bytes(self.memory_gb, self.device)
         results: list[Completion | None] = [None] * len(prompts)
-        for chunk in plan_chunks([len(x) for x in ids], self.max_new_tokens, per_token, budget):
+        for chunk in plan_chunks([len(x) for x in ids], self.max_new_tokens, per_token, budget,
+                                 memory.generation_row_bytes(model.config)):
             self.chunks += 1
             for i, completion in zip(chunk, self._generate(model, [ids[i] for i in chunk])):
                 results[i] = completion

@@ -94,6 +94,21 @@ def run_bounds(run_config: dict[str, Any], scale: dict[str, Any], rate: dict[str
             "bound_firm": hf or bool(measured_tokens)}
 
 
+def run_memory_gib(run_config: dict[str, Any], scale: dict[str, Any]) -> float:
+    """GiB one process holds at its update: the weights, every policy's trained parameters with their AdamW
+    state, and one update micro-batch's peak (trainer/sweep/memory.py); NaN where the shape is unknown."""
+    from trainer.sweep.disk import checkpoint_bytes, trained_parameters
+    from trainer.sweep.memory import run_update_bytes
+
+    shape = model_shape(scale)
+    if shape is None:
+        return float("nan")
+    dtype_bytes = DTYPE_BYTES.get(scale.get("dtype", "float32"), 4) if run_config["resources"].get("gpus") else 4
+    t = run_config["training"]
+    update = run_update_bytes(t, shape, dtype_bytes, trained_parameters(run_config, shape))
+    return (parameter_count(shape) * dtype_bytes + checkpoint_bytes(run_config, shape) + update) / 2**30
+
+
 def verdict(run: str, predicted: dict[str, float], bounds: dict[str, Any], source: str,
             run_config: dict[str, Any], device: str, startup_s: float = ASSUMED_STARTUP_S) -> tuple[str, str]:
     """("ok" | "warn" | "refuse", why): see the module docstring. The reason names the run, the eval and the fix."""
@@ -136,8 +151,14 @@ def assess(run: str, run_config: dict[str, Any], scale: dict[str, Any], rates: l
     bounds = run_bounds(run_config, scale, rate, device_peaks(on))
     startup_s = (rate or {}).get("startup_s") or ASSUMED_STARTUP_S
     gate, why = verdict(run, predicted, bounds, source, run_config, device, startup_s)
+    memory_gib = run_memory_gib(run_config, scale)
+    device_gib = (device_peaks(on) or {}).get("memory", float("inf")) / 2**30
+    if gate == "ok" and memory_gib > device_gib:
+        gate, why = "warn", (f"run {run}: weights, optimizer state and one update micro-batch "
+                             f"(trainer/sweep/memory.py) need {memory_gib:.0f} GiB, over {device}'s "
+                             f"{device_gib:.0f} GiB: lower training.micro_batch_tokens")
     evals = max(1, eval_count(run_config["training"]))
-    return {**predicted, "source": source, "eval_one_s": predicted.get("eval_s", float("nan")) / evals,
+    return {**predicted, "memory_gib": memory_gib, "source": source, "eval_one_s": predicted.get("eval_s", float("nan")) / evals,
             "eval_bound_s": bounds["eval_bound_s"], "step_bound_s": bounds["step_bound_s"],
             "time_min": run_config["resources"]["time_min"], "gate": gate, "gate_reason": why}
 

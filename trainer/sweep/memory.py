@@ -68,3 +68,11 @@ def update_bytes(shape: Any, dtype_bytes: int, rows: int, width: int, completion
     layer = tokens * dtype_bytes * (UPDATE_LAYER_WIDTHS * hidden + 3 * _get(shape, "intermediate_size"))
     kept = tokens * hidden * dtype_bytes * layers if checkpointing else layer * layers
     return logits + kept + (layer if checkpointing else 0) + trained_params * FLOAT32
+
+
+def run_update_bytes(training: dict[str, Any], shape: Any, dtype_bytes: int, trained_params: int) -> int:
+    """A run's update micro-batch peak as the plan predicts it: rows of max_completion_length completion tokens
+    (prompts left out) packed to training.micro_batch_tokens, under its gradient checkpointing setting."""
+    width = training["max_completion_length"]
+    rows = max(1, training["micro_batch_tokens"] // width)
+    return update_bytes(shape, dtype_bytes, rows, width, width, training["gradient_checkpointing"], trained_params)

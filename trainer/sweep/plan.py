@@ -7,7 +7,8 @@ time from train.parquet) and predicted over actual, and the eval splits whose si
 (`eval_assumed`, cost.ASSUMED_EVAL_PROBLEMS). The gate (trainer/sweep/gate.py) beside them: one eval's
 predicted seconds (`eval_one_s`), one eval's and one step's lower bounds at the device's peak
 (`eval_bound_s`, `step_bound_s`), `time_min`, and the verdict at submission (`gate`: ok, warn or refuse,
-`gate_reason`); disk (trainer/sweep/disk.py): one checkpoint, the checkpoints' peak and the logs, in GB.
+`gate_reason`); the GiB a process holds at its update (`memory_gib`: weights, optimizer state, one
+micro-batch, trainer/sweep/memory.py); disk (trainer/sweep/disk.py): one checkpoint, the checkpoints' peak and the logs, in GB.
 Written to results/plan.csv.
 """
 
@@ -30,7 +31,7 @@ from trainer.sweep.measured import cpu_name, load_rates
 COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "variant", "device", "gpus", "cpus",
            "calls_per_step", "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits",
            "eval_one_s", "eval_bound_s", "step_bound_s", "time_min", "gate", "gate_reason",
-           "checkpoint_gb", "disk_peak_gb", "log_gb",
+           "memory_gib", "checkpoint_gb", "disk_peak_gb", "log_gb",
            "source", "actual_s", "actual_step_s", "predicted_over_actual", "eval_assumed"]
 
 
