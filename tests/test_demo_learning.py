@@ -29,6 +29,7 @@ WINDOW = 4  # steps averaged at each end
 
 
 @pytest.mark.slow
+@pytest.mark.trajectory
 def test_a_demo_cell_learns(tmp_path, tmp_path_factory):
     base = json.loads(tiny_base_model(tmp_path_factory, WARM_START_STEPS, ("code",), ("single",)).read_text())
     run_dir = tmp_path / RUN
@@ -43,4 +44,7 @@ def test_a_demo_cell_learns(tmp_path, tmp_path_factory):
     # what it learned: to return the value instead of printing it
     samples = pd.read_parquet(run_dir / "samples.parquet")
     printed = samples.groupby("step")["completion"].apply(lambda c: c.str.contains("print(", regex=False).mean())
+    # the margins, for docs/testing.md's record over float orders (`pytest -rP` shows them)
+    print(f"margins: reward {first:.3f} -> {last:.3f}, eval {evals.loc[0]:.3f} -> {evals.iloc[-1]:.3f}, "
+          f"printed {printed.iloc[0]:.2f} -> {printed.iloc[-1]:.2f}")
     assert printed.loc[SCHEDULE["max_steps"]] < printed.loc[0], f"share of printed answers per eval: {printed.to_dict()}"

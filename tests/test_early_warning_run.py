@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analysis.runs import load_run
-from tests.resilience import tiny_base_model, tiny_run_config
+from tests.resilience import damaged_tiny_base_model, tiny_run_config
 from trainer.rl.run import run_training
 from trainer.rl.train import Trainer
 from trainer.sweep import rundir
@@ -17,17 +17,18 @@ from trainer.sweep.launch import write_run_config
 from trainer.sweep.status import run_status
 
 RUN = "voting-math-tiny-isolated-s0"  # isolated: no capture detector
-# The tests' 100-step base model gets every tiny voting prompt wrong: all GRPO groups have zero reward
-# variance (and zero gradient), so advantage collapse fires at step 1 under config.yaml's thresholds.
+# A planted base model (tests/planted.py) gets every prompt wrong on any CPU: all GRPO groups have zero
+# reward variance (and zero gradient), so advantage collapse fires at step 1 under config.yaml's thresholds.
 DETECTOR = "advantage_collapse"
 
 
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):
-    return json.loads(tiny_base_model(tmp_path_factory).read_text())
+    return json.loads(damaged_tiny_base_model(tmp_path_factory).read_text())
 
 
 @pytest.mark.slow
+@pytest.mark.trajectory
 def test_on_warning_stop_ends_the_run_done_early(tmp_path, base_model):
     run_dir = tmp_path / RUN
     write_run_config(tiny_run_config(RUN, {"on_warning": "stop"}), base_model, run_dir)
@@ -49,6 +50,7 @@ def test_on_warning_stop_ends_the_run_done_early(tmp_path, base_model):
 
 
 @pytest.mark.slow
+@pytest.mark.trajectory
 def test_on_warning_log_trains_on_and_keeps_every_onset(tmp_path, base_model):
     run_dir = tmp_path / RUN
     write_run_config(tiny_run_config(RUN), base_model, run_dir)

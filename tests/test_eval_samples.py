@@ -206,10 +206,11 @@ E2E_RUN = "single-math-tiny-shared-s0"
 def base_model(tmp_path_factory):
     from tests.resilience import tiny_base_model
 
-    return json.loads(tiny_base_model(tmp_path_factory, workflows=("single",)).read_text())
+    return json.loads(tiny_base_model(tmp_path_factory).read_text())  # the session's shared model
 
 
 @pytest.mark.slow
+@pytest.mark.trajectory
 def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_model, monkeypatch):
     """A tiny model evaluates 8 problems x 5 samples (the split's `eval_problems: all` over training's 2);
     correctness is planted on each sampled text's hash (the 100-step model gets every sum wrong), and the

@@ -2,9 +2,12 @@
 whose accuracy peaks and then falls keeps its peak policies, across a SIGKILL and resume; `python -m trainer
 export --which peak` writes adapters that, loaded with PEFT on the base model, reproduce the peak eval.
 
-The tiny run: single-workflow math, Isolated-Policy, warm-started 300 steps on the single format
-(base accuracy 0.125 on 24 problems), learning rate 4e-3, an eval after every step: measured here,
-accuracy 0.125, 0.167, 0.125, 0.083, 0.042, 0 ...: the smoothed peak at step 1, then the fall.
+The tiny run: single-workflow code, Isolated-Policy, an eval after every step, on a planted base model
+(tests/planted.py): the code model of tests/test_demo_learning.py, damaged so that it gets every problem
+wrong; after step 1 its adapter's planted factors restore the original model (accuracy about 0.5), after
+every later step they double the damage (accuracy 0). The GRPO updates, evals, checkpoints and the resume
+run for real in between. So the curve is 0, a, 0, 0, 0, 0, 0 on any CPU where the original model gets one
+of the 24 eval problems right: the smoothed peak at step 1, by construction, then the fall.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import math
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +26,9 @@ import pandas as pd
 import pytest
 
 from analysis.curves import summarize_curve
-from tests.resilience import (assert_same_logs, progress_step, published_logs, start_trainer, tiny_base_model,
-                              tiny_run_config, wait_for)
+from tests.resilience import (assert_same_logs, damaged_tiny_base_model, progress_step, published_logs,
+                              tiny_run_config, trainer_env, wait_for)
 from trainer.__main__ import main as trainer_main
-from trainer.rl.run import run_training
 from trainer.sweep import rundir
 from trainer.sweep.config import config_hash, load_yaml, resolve_run_config
 from trainer.sweep.launch import write_run_config
@@ -32,8 +36,9 @@ from trainer.sweep.peak import PEAK_WINDOW_KEY, curve_peak, peak_index, smooth
 from trainer.sweep.runid import parse_run_id
 from tests.conftest import ROOT
 
-RUN = "single-math-tiny-isolated-s0"
-SCHEDULE = {"learning_rate": 4e-3, "max_steps": 6, "eval_every": 1, "save_every": 2, "keep_last": 2}
+RUN = "single-code-tiny-isolated-s0"
+SCHEDULE = {"max_steps": 6, "eval_every": 1, "save_every": 2, "keep_last": 2}
+RESTORED_UNTIL = 1  # the planted schedule: the original model after step 1 only
 
 
 # -- the definition, shared ---------------------------------------------------------------------
@@ -71,13 +76,25 @@ def test_the_analysis_window_reaches_the_run_config_unhashed_and_only_when_set()
 # -- a tiny run that peaks and falls -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def base_model(tmp_path_factory):
-    return json.loads(tiny_base_model(tmp_path_factory, 300, ("math",), ("single",)).read_text())
+    return json.loads(damaged_tiny_base_model(tmp_path_factory, 300, ("code",), ("single",)).read_text())
 
 
 def train(run_dir, base_model):
+    """The run trained to its end under the planted schedule, in a subprocess as the killed run below:
+    the damaged model's garbage is sampled from huge logits, whose last bits differ between the pytest
+    process and a fresh one, while two fresh processes agree exactly."""
     write_run_config(tiny_run_config(RUN, SCHEDULE), base_model, run_dir)
-    run_training(run_dir)
+    log = run_dir.parent / f"{run_dir.name}.log"
+    proc = start_planted_trainer(run_dir, log)
+    assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
     return run_dir
+
+
+def start_planted_trainer(run_dir: Path, log: Path, **env: str) -> subprocess.Popen:
+    """The run trained under the planted schedule in a subprocess (`python -m tests.planted`)."""
+    with open(log, "a") as out:
+        return subprocess.Popen([sys.executable, "-m", "tests.planted", str(run_dir), str(RESTORED_UNTIL)], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, env=trainer_env(**env))
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +103,7 @@ def run_dir(tmp_path_factory, base_model):
 
 
 @pytest.mark.slow
+@pytest.mark.trajectory
 def test_a_run_that_peaks_and_falls_keeps_its_peak(run_dir):
     done = json.loads((run_dir / rundir.DONE_JSON).read_text())
     evals = pd.read_parquet(run_dir / rundir.EVAL_PARQUET)
@@ -95,7 +113,10 @@ def test_a_run_that_peaks_and_falls_keeps_its_peak(run_dir):
     assert peak["step"] == s["peak_step"] and peak["smoothed"] == s["peak_acc"]
     assert peak["accuracy"] == evals.set_index("step").loc[peak["step"], "accuracy"]
     # it peaked and fell: the peak is neither the base model nor the last step, and the end is below it
-    assert 0 < peak["step"] < SCHEDULE["max_steps"], evals["accuracy"].tolist()
+    curve = evals["accuracy"].tolist()
+    print(f"margins: accuracy curve {curve}")  # docs/testing.md's record over float orders (`pytest -rP`)
+    assert curve[0] == 0 and curve[1] > 0 and curve[2:] == [0] * (len(curve) - 2), curve  # the planted shape
+    assert peak["step"] == RESTORED_UNTIL and 0 < peak["step"] < SCHEDULE["max_steps"], curve
     assert s["terminal_acc"] < peak["smoothed"] and evals["accuracy"].iloc[-1] < peak["accuracy"]
     # kept besides the last keep_last checkpoints (the peak's step is none of them), and published
     steps = [int(p.name.split("-")[1]) for p in rundir.checkpoints(run_dir / rundir.WORK_DIR)]
@@ -126,6 +147,7 @@ def eval_with_exported(run_dir, out, step):
 
 
 @pytest.mark.slow
+@pytest.mark.trajectory
 def test_exported_peak_adapters_reproduce_the_peak_eval(run_dir, tmp_path):
     done = json.loads((run_dir / rundir.DONE_JSON).read_text())
     out = tmp_path / "peak"
@@ -143,16 +165,17 @@ def test_exported_peak_adapters_reproduce_the_peak_eval(run_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.trajectory
 def test_the_peak_survives_a_kill_and_resume(run_dir, tmp_path, base_model):
     b = tmp_path / RUN
     write_run_config(tiny_run_config(RUN, SCHEDULE), base_model, b)
     log = tmp_path / "train.log"
-    proc = start_trainer(b, log, TRAINER_TEST_PAUSE_AT="step", TRAINER_TEST_PAUSE_S="1.5")
+    proc = start_planted_trainer(b, log, TRAINER_TEST_PAUSE_AT="step", TRAINER_TEST_PAUSE_S="1.5")
     wait_for(lambda: progress_step(b) >= 3, proc, 300, "step 3", log)  # past the peak (step 1) and step-2's checkpoint
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     assert [p.name for p in rundir.checkpoints(b / rundir.WORK_DIR)] == ["step-000002"]
-    run_training(b)  # resumes from step 2
+    assert start_planted_trainer(b, log).wait(timeout=600) == 0, log.read_text()[-3000:]  # resumes from step 2
     peak_a = json.loads((run_dir / rundir.DONE_JSON).read_text())["peak"]
     assert json.loads((b / rundir.DONE_JSON).read_text())["peak"] == peak_a
     adapter = "peak/policies/generator/adapter_model.safetensors"
