@@ -45,6 +45,7 @@ def test_an_eval_that_cannot_fit_even_at_peak_is_refused_naming_run_eval_and_fix
     msg = str(e.value)
     assert run in msg and "one eval" in msg and "even at H100's peak" in msg and "allow_unfit_runs: true" in msg
     assert all(fix in msg for fix in FIXES), msg
+    assert "one eval (dapo_holdout 1500 (ASSUMED) + aime2025 30 problems x 5 samples = 7650 episodes)" in msg
 
 
 def test_a_run_over_only_the_estimate_warns_naming_the_run_and_how_to_measure(capsys):

@@ -24,7 +24,7 @@ from typing import Any
 
 from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config, world_size_of
 from trainer.sweep.cost import (ASSUMED_STARTUP_S, eval_count, eval_episodes, parameter_count,
-                                predict_run, rate_for)
+                                predict_run, rate_for, split_problems)
 from trainer.sweep.disk import model_shape
 from trainer.sweep.measured import cpu_name, load_rates
 from trainer.workflows import workflow_class
@@ -109,19 +109,30 @@ def run_memory_gib(run_config: dict[str, Any], scale: dict[str, Any]) -> float:
     return (parameter_count(shape) * dtype_bytes + checkpoint_bytes(run_config, shape) + update) / 2**30
 
 
+def eval_description(run_config: dict[str, Any]) -> str:
+    """One eval's splits as the messages name them: `dapo_holdout 1500 (ASSUMED) + aime2025 30 problems x 5`."""
+    t = run_config["training"]
+    parts = []
+    for i, spec in enumerate(run_config["task_params"]["eval"]):
+        n, assumed = split_problems(spec, t)
+        parts.append(f"{spec.get('name') or f'eval{i}'} {n}{' (ASSUMED)' if assumed else ''}")
+    return f"{' + '.join(parts)} problems x {t.get('eval_samples', 1)} samples"
+
+
 def verdict(run: str, predicted: dict[str, float], bounds: dict[str, Any], source: str,
             run_config: dict[str, Any], device: str, startup_s: float = ASSUMED_STARTUP_S) -> tuple[str, str]:
     """("ok" | "warn" | "refuse", why): see the module docstring. The reason names the run, the eval and the fix."""
     job_s = run_config["resources"]["time_min"] * 60
     episodes = eval_episodes(run_config)
-    what = f"run {run}: one eval ({episodes} episodes)"
+    what = f"run {run}: one eval ({eval_description(run_config)} = {episodes} episodes)"
     limit = f"its job's resources.time_min ({job_s / 3600:.1f} h)"
     if bounds["bound_firm"] and bounds["eval_bound_s"] > job_s:
         return "refuse", (f"{what} needs at least {bounds['eval_bound_s'] / 3600:.1f} h even at {device}'s peak "
                           f"rates, over {limit}: {FIX}; {OVERRIDE}")
     if not predicted:
         return "ok", ""
-    eval_one_s = predicted["eval_s"] / max(1, eval_count(run_config["training"]))
+    # an estimate below the lower bound is impossible: the bound stands in for it
+    eval_one_s = max(predicted["eval_s"] / max(1, eval_count(run_config["training"])), bounds["eval_bound_s"])
     measured = source.startswith("measured")
     if measured and startup_s + eval_one_s > job_s:
         return "refuse", (f"{what} takes {eval_one_s / 3600:.1f} h at the rate measured on {device}, over "
@@ -158,7 +169,10 @@ def assess(run: str, run_config: dict[str, Any], scale: dict[str, Any], rates: l
                              f"(trainer/sweep/memory.py) need {memory_gib:.0f} GiB, over {device}'s "
                              f"{device_gib:.0f} GiB: lower training.micro_batch_tokens")
     evals = max(1, eval_count(run_config["training"]))
-    return {**predicted, "memory_gib": memory_gib, "source": source, "eval_one_s": predicted.get("eval_s", float("nan")) / evals,
+    eval_one_s = predicted.get("eval_s", float("nan")) / evals
+    if bounds["eval_bound_s"] > eval_one_s:  # an estimate below the lower bound: the bound stands in for it
+        eval_one_s = bounds["eval_bound_s"]
+    return {**predicted, "memory_gib": memory_gib, "source": source, "eval_one_s": eval_one_s,
             "eval_bound_s": bounds["eval_bound_s"], "step_bound_s": bounds["step_bound_s"],
             "time_min": run_config["resources"]["time_min"], "gate": gate, "gate_reason": why}
 
