@@ -251,6 +251,7 @@ class LauncherSettings:
     poll_interval_s: float = setting(0.5, "Seconds between looks at the job (slurm profile: 30).")
     array_window_s: float | None = setting(None, "slurm: collect the sweep's submissions for this many seconds "
                                                  "into job arrays (one sbatch call each); None: one job per run.")
+    allow_unisolated_sandbox: bool = setting(False, "A RISK: run code programs unisolated where no isolation works.")
 
 
 @dataclass(frozen=True)

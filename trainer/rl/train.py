@@ -74,7 +74,8 @@ class Trainer:
             torch.set_num_threads(max(1, self.settings.resources.cpus // self.ranks.world_size))
         check_run(self.cfg)  # a rollout backend that cannot start fails before the model loads
         self.tokenizer, base = (tokenizer, model) if model is not None else self._load_base()
-        self.task = get_task(self.settings.task)
+        self.task = get_task(self.settings.task,
+                             allow_unisolated_sandbox=self.settings.launcher.allow_unisolated_sandbox)
         self.workflow = make_workflow(self.settings.workflow, self.cfg["workflow_params"], self.task)
         self.routing = routing_table(self.settings.policy, self.workflow.roles, t.policy_groups)
         self.policies = PolicySet(base, self.routing, t)

@@ -31,8 +31,15 @@ class Score:
 
 
 def default_workers() -> int:
-    """The default pool size: min(4, cpu count)."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """The default pool size: the job's CPUs (SLURM_CPUS_PER_TASK where SLURM set it, else the CPUs this
+    process may run on), so a job that asked for more CPUs scores with as many threads."""
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        return int(slurm)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 class Task:

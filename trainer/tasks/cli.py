@@ -91,7 +91,9 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m trainer score", description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True, choices=["math", "code"])
     ap.add_argument("file", help="JSONL of completions ('-' for stdin)")
-    ap.add_argument("--workers", type=int, default=None, help="scoring pool size (default min(4, cpus))")
+    ap.add_argument("--workers", type=int, default=None, help="scoring pool size (default: the job's CPUs)")
+    ap.add_argument("--allow-unisolated-sandbox", action="store_true",
+                    help="a RISK: run code programs unisolated where no sandbox isolation works (else refuse)")
     args = ap.parse_args(argv)
     try:
         if args.file == "-":
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> int:
     except InputError as e:
         print(str(e), file=sys.stderr)
         return 2
-    task = get_task(args.task, workers=args.workers)
+    task = get_task(args.task, workers=args.workers, allow_unisolated_sandbox=args.allow_unisolated_sandbox)
     try:
         scores = task.score_batch([p for _, p, _ in requests], [c for _, _, c in requests])
     finally:

@@ -73,10 +73,11 @@ class CodeTask(Task):
     name = "code"
 
     def __init__(self, workers: int | None = None, limits: Limits | None = None,
-                 sandbox: Sandbox | None = None) -> None:
+                 sandbox: Sandbox | None = None, allow_unisolated_sandbox: bool = False) -> None:
         super().__init__(workers)
-        # executions start from a small helper process: a fork of the trainer costs ~3x more
-        self.sandbox: Sandbox | HelperSandbox = sandbox or HelperSandbox(limits)
+        # executions start from a small helper process: a fork of the trainer costs ~3x more;
+        # it raises SandboxUnavailable here, before any scoring, where nothing isolates the programs
+        self.sandbox: Sandbox | HelperSandbox = sandbox or HelperSandbox(limits, allow_unisolated_sandbox)
         # (tests spec, program) -> verdict: RL samples the same program for a problem again and
         # again, and every eval re-scores the same problems; a sandbox run costs ~25 ms.
         self._verdicts: dict[tuple[str, str], Verdict] = {}

@@ -1,24 +1,19 @@
-"""Runs untrusted Python in a separate, resource-limited process; reward needs a per-run secret.
+"""Runs untrusted Python in a separate, isolated, resource-limited process; reward needs a per-run secret.
 
-Each execution gets a fresh working directory, its own session (the whole process group is
-killed on timeout and always afterwards), resource limits set in a preexec function (CPU,
-address space, file size, processes, open files, no core dumps), a minimal environment and
-no stdin unless a test feeds one. When the parent is root the child also:
-
-- runs as its own unprivileged uid (and gid) taken from a reserved range, one per concurrent
-  execution (locked across processes with flock), so RLIMIT_NPROC bounds a fork bomb, the
-  execution cannot signal or read other executions, and afterwards every process of that uid
-  is killed, which nothing the candidate does (setsid, double fork) can escape;
-- gets new mount and network namespaces: no network (loopback only, down), and a small tmpfs
-  as its working directory, also mounted over the world-writable directories (/tmp, /var/tmp,
-  /dev/shm, /run/lock), so it can write nowhere else on the machine and leaves nothing behind.
-
-Without root (e.g. a cluster job) the program runs as the trainer's own user, without
-namespaces: limits, timeouts and the token still hold, but it could signal that user's
-processes or write that user's files and reach the network, RLIMIT_NPROC counts all the
-user's processes (set to the current count + `nproc`), and cleanup finds processes by
-session and process group, which setsid escapes. Run the trainer as root in a container
-(or as a user allowed to setuid) for the full isolation.
+Each execution gets its own session (the whole process group is killed on timeout and always
+afterwards), resource limits set in a preexec function (CPU, address space, file size,
+processes, open files, no core dumps), a minimal environment and no stdin unless a test feeds
+one. It runs under the job's own interpreter (`python -I -S`: isolated mode, the standard
+library only), never a node's system Python, so a reward does not depend on the node. Its
+isolation is one of the mechanisms of `trainer.tasks.sandbox_mechanisms` (root, bubblewrap or
+an unprivileged user namespace; the view is `trainer.tasks.sandbox_view`'s), probed once per
+job and logged: new mount, network and pid namespaces, a read-only view of the system and interpreter directories (no file of the job in
+it) and a small private tmpfs as its working directory (/tmp, also at /var/tmp and /dev/shm);
+under root also a uid of its own per concurrent execution (locked across processes with flock),
+so RLIMIT_NPROC bounds a fork bomb and afterwards every process of that uid is killed. The pid
+namespace dies with its first process, which dies with the sandbox's kill, so nothing the
+program starts (setsid, double fork) outlives it. Where no mechanism works, the sandbox refuses
+to start unless the job accepted running unisolated (`launcher.allow_unisolated_sandbox`).
 
 Assert-style tests pass only when the runner prints a random per-execution token that the
 parent hands it through a pipe, read to the end and closed before any candidate code runs
@@ -35,7 +30,7 @@ parent hands it through a pipe, read to the end and closed before any candidate 
   the runner (frames, gc) could find the token, and __eq__ tricks work: prefer entry points.
 
 The limits, the child's setup before exec, uid leases and process cleanup live in
-`trainer.tasks.sandbox_isolation`; the runner programs in `trainer.tasks.runners`.
+`trainer.tasks.sandbox_isolation`; the runner programs and the isolation stub in `trainer.tasks.runners`.
 """
 
 from __future__ import annotations
@@ -48,7 +43,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -65,13 +59,20 @@ from trainer.tasks.sandbox_isolation import (
     child_setup,
     kill_all,
 )
+from trainer.tasks.sandbox_mechanisms import (
+    MECHANISMS,
+    UNISOLATED,
+    SandboxUnavailable,
+    bwrap_command,
+    choose,
+    interpreter,
+    view_spec,
+)
 
-__all__ = ["UID_BASE", "UID_COUNT", "Execution", "Limits", "Sandbox", "Verdict", "outputs_match"]
+__all__ = ["UID_BASE", "UID_COUNT", "Execution", "Limits", "Sandbox", "SandboxUnavailable", "Verdict", "outputs_match"]
 
 log = logging.getLogger(__name__)
-SYSTEM_PYTHON = "/usr/bin/python3"
 ROOT_BASE_DIR = "/run/trainer-sandbox"
-WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 
 @dataclass(frozen=True)
@@ -94,19 +95,19 @@ class Verdict:
 
 
 class Sandbox:
-    """Executes Python programs under the limits; thread-safe (one execution per call)."""
+    """Executes Python programs under the limits; thread-safe (one execution per call).
 
-    def __init__(self, limits: Limits | None = None, python: str | None = None,
-                 isolate: bool = True, uid_base: int = UID_BASE, uid_count: int = UID_COUNT) -> None:
+    `mechanism` is the isolation to use (probed once per job where None: see
+    `sandbox_mechanisms.choose`, which raises SandboxUnavailable when none works and
+    `allow_unisolated` is False); `python` the interpreter (default: the job's own).
+    """
+
+    def __init__(self, limits: Limits | None = None, python: str | None = None, mechanism: str | None = None,
+                 allow_unisolated: bool = False, uid_base: int = UID_BASE, uid_count: int = UID_COUNT) -> None:
         self.limits = limits or Limits()
         self.root = os.geteuid() == 0
-        if python is None:
-            python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) or self.root else sys.executable
-        self.python = python
+        self.python = python or interpreter()
         self.uid_base, self.uid_count = uid_base, uid_count
-        self.isolate = isolate and self.root
-        self._namespaces: bool | None = None
-        self._probe_lock = threading.Lock()
         if self.root:
             self.base_dir = ROOT_BASE_DIR if os.path.isdir(os.path.dirname(ROOT_BASE_DIR)) \
                 else os.path.join(tempfile.gettempdir(), "trainer-sandbox-root")
@@ -121,49 +122,42 @@ class Sandbox:
         else:
             self.base_dir = tempfile.gettempdir()
             self.lock_dir = ""
-        self.shadowed = sorted({os.path.realpath(d) for d in WORLD_WRITABLE
-                                if os.path.isdir(d) and os.stat(d).st_mode & 0o002})
+        if mechanism is not None and mechanism not in MECHANISMS + (UNISOLATED,):
+            raise ValueError(f"unknown sandbox mechanism {mechanism!r}; one of {', '.join(MECHANISMS)}, {UNISOLATED}")
+        self.mechanism = mechanism or choose(self.probe, self.root, self.python, allow_unisolated)
 
-    # -- process setup -------------------------------------------------------------------
+    def probe(self, mechanism: str) -> str | None:
+        """Why `mechanism` cannot run a program here, or None when it can."""
+        ex = self.execute(["-c", "print('sandbox probe ok')"], timeout_s=30, mechanism=mechanism)
+        if ex.error or ex.timed_out:
+            return ex.error or "the probe program timed out"
+        if ex.returncode == 0 and ex.stdout.strip() == "sandbox probe ok":
+            return None
+        tail = [line for line in ex.stderr.strip().splitlines() if line.strip()]
+        return (tail[-1].strip()[:300] if tail else "") or f"the probe program exited with {ex.returncode}"
 
-    def namespaces_available(self) -> bool:
-        """Whether mount+network namespaces work here (probed once, root only)."""
-        if not self.isolate:
-            return False
-        with self._probe_lock:
-            if self._namespaces is None:
-                scratch = tempfile.mkdtemp(prefix="probe-", dir=self.base_dir)
-                try:  # the same unshare and mounts as a real execution, as root
-                    r = subprocess.run(["/bin/true"], preexec_fn=child_setup(self.limits, None, scratch, True, self.shadowed, probe=True),
-                                       timeout=30, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    self._namespaces = r.returncode == 0
-                except (OSError, subprocess.SubprocessError) as e:
-                    log.warning("sandbox: no mount/network namespaces here (%s); isolating by uid only", e)
-                    self._namespaces = False
-                finally:
-                    shutil.rmtree(scratch, ignore_errors=True)
-            return self._namespaces
-
-    def _env(self, workdir: str) -> dict[str, str]:
+    def _env(self, home: str) -> dict[str, str]:
         return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                "HOME": workdir, "TMPDIR": workdir if not self.namespaces_available() else "/tmp",
-                "PYTHONDONTWRITEBYTECODE": "1"}
+                "HOME": home, "TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1"}
 
     # -- one execution -------------------------------------------------------------------
 
     def execute(self, args: list[str], stdin: bytes | None = None, pipes: dict[str, bytes] | None = None,
-                files: dict[str, str] | None = None, timeout_s: float | None = None) -> Execution:
+                files: dict[str, str] | None = None, timeout_s: float | None = None,
+                mechanism: str | None = None) -> Execution:
         """Run `python -I -S ARGS` in the sandbox; an arg `{name}` becomes a pipe fd or a file path.
 
         -S: the program sees the standard library only, whatever the node's Python has installed
         (a reward that does not depend on the machine), and starts faster (no site, no .pth files).
 
         `pipes` maps names to bytes fed through a pipe (its read end's number replaces `{name}`);
-        `files` maps names to text written read-only next to (not in) the working directory
-        (its path replaces `{name}`). stdin is empty (DEVNULL) unless given.
+        `files` maps names to text written read-only beside (not in) the working directory, at
+        /input inside the view (its path replaces `{name}`). stdin is empty (DEVNULL) unless given.
+        `mechanism` overrides the sandbox's (the probe).
         """
+        mechanism = mechanism or self.mechanism
         timeout_s = self.limits.timeout_s if timeout_s is None else timeout_s
-        lease = UidLease(self.lock_dir, self.uid_base, self.uid_count) if self.root else None
+        lease = UidLease(self.lock_dir, self.uid_base, self.uid_count) if mechanism == "root" else None
         uid = lease.uid if lease else None
         rundir = tempfile.mkdtemp(prefix="run-", dir=self.base_dir)
         proc = None
@@ -171,14 +165,15 @@ class Sandbox:
         readers: list[int] = []
         writers: list[tuple[int, bytes]] = []
         try:
-            workdir = self._make_workdir(rundir, uid)
-            subst = self._write_files(rundir, files or {})
+            os.chmod(rundir, 0o711 if self.root else 0o700)
+            input_dir, subst = self._write_files(rundir, files or {}, mechanism == UNISOLATED)
             for name, data in (pipes or {}).items():
                 r, w = os.pipe()
                 readers.append(r)
                 writers.append((w, data))
                 subst[name] = str(r)
-            argv = [self.python, "-I", "-S"] + [_substitute(a, subst) for a in args]
+            program = [self.python, "-I", "-S"] + [_substitute(a, subst) for a in args]
+            argv, cwd, home, view = self._command(mechanism, program, rundir, input_dir, uid)
             out = tempfile.TemporaryFile(dir=rundir)
             err = tempfile.TemporaryFile(dir=rundir)
             inp = None
@@ -186,11 +181,11 @@ class Sandbox:
                 inp = tempfile.TemporaryFile(dir=rundir)
                 inp.write(stdin)
                 inp.seek(0)
-            setup = child_setup(self.limits, uid, workdir, self.namespaces_available(), self.shadowed)
             try:
-                proc = self._start(argv, workdir, setup, inp, out, err, readers)
+                proc = self._start(argv, cwd, self._env(home), child_setup(self.limits, uid, view), inp, out, err,
+                                   readers)
             except (OSError, subprocess.SubprocessError) as e:
-                log.warning("sandbox could not start %s: %s", self.python, e)
+                log.warning("sandbox could not start %s: %s", argv[0], e)
                 return Execution(None, "", "", False, f"sandbox could not start: {e}")
             while writers:
                 self._feed(*writers.pop())
@@ -208,33 +203,42 @@ class Sandbox:
             if lease:
                 lease.release(clean)
 
-    def _make_workdir(self, rundir: str, uid: int | None) -> str:
-        """The execution's working directory inside `rundir`, owned by its uid."""
-        os.chmod(rundir, 0o711 if self.root else 0o700)
-        workdir = os.path.join(rundir, "work")
-        os.mkdir(workdir, 0o700)
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        return workdir
+    def _command(self, mechanism: str, program: list[str], rundir: str, input_dir: str | None,
+                 uid: int | None) -> tuple[list[str], str, str, dict | None]:
+        """(argv, working directory to start in, HOME as the program sees it, `sandbox_view` spec)."""
+        if mechanism == UNISOLATED:
+            cwd = os.path.join(rundir, "work")
+            os.mkdir(cwd, 0o700)
+            return program, cwd, cwd, None
+        newroot = os.path.join(rundir, "root")
+        os.mkdir(newroot, 0o755)
+        if mechanism == "bwrap":
+            return bwrap_command(program, self.python, input_dir, self.limits.tmpfs_mb), rundir, "/tmp", None
+        return program, rundir, "/tmp", view_spec(mechanism, self.python, newroot, input_dir, self.limits.tmpfs_mb, uid)
 
     @staticmethod
-    def _write_files(rundir: str, files: dict[str, str]) -> dict[str, str]:
-        """Write each file read-only into `rundir`; {name: path}."""
+    def _write_files(rundir: str, files: dict[str, str], unisolated: bool) -> tuple[str | None, dict[str, str]]:
+        """Write each file read-only into `rundir`/input; (that directory or None, {name: path as the
+        program sees it})."""
+        if not files:
+            return None, {}
+        input_dir = os.path.join(rundir, "input")
+        os.mkdir(input_dir, 0o755)
         paths = {}
         for name, text in files.items():
-            path = os.path.join(rundir, name)
+            path = os.path.join(input_dir, name)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
             os.chmod(path, 0o644)
-            paths[name] = path
-        return paths
+            paths[name] = path if unisolated else f"/input/{name}"
+        return input_dir, paths
 
-    def _start(self, argv: list[str], workdir: str, setup: Callable[[], None], inp: IO[bytes] | None,
-               out: IO[bytes], err: IO[bytes], readers: list[int]) -> subprocess.Popen:
+    def _start(self, argv: list[str], cwd: str, env: dict[str, str], setup: Callable[[], None],
+               inp: IO[bytes] | None, out: IO[bytes], err: IO[bytes], readers: list[int]) -> subprocess.Popen:
         """Start the program in its own session; closes stdin's file and the pipes' read ends."""
         try:
             return subprocess.Popen(
-                argv, cwd=workdir, env=self._env(workdir),
+                argv, cwd=cwd, env=env,
                 stdin=inp if inp is not None else subprocess.DEVNULL, stdout=out, stderr=err,
                 pass_fds=tuple(readers), close_fds=True, start_new_session=True,
                 preexec_fn=setup,

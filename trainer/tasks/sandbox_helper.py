@@ -8,9 +8,13 @@ holds a `Sandbox` and nothing else; concurrent executions (the task's scoring th
 an idle helper or start one, so there are as many helpers as executions ever ran at once. The
 sandbox itself, its limits and isolation, is the same code either way.
 
-Protocol over the helper's stdin/stdout: length-prefixed pickles, ("run_assert" | "run_stdio",
-args) in, ("ok", Verdict) or ("error", message) out. The helper exits at EOF, so it never
-outlives the trainer.
+The isolation mechanism is probed once, here in the caller (`Sandbox.mechanism`: it raises
+SandboxUnavailable where none works and the job did not accept running unisolated), and every
+helper is told it rather than probing again.
+
+Protocol over the helper's stdin/stdout: length-prefixed pickles, first (Limits, mechanism), then
+("run_assert" | "run_stdio", args) in, ("ok", Verdict) or ("error", message) out. The helper exits
+at EOF, so it never outlives the trainer.
 """
 
 from __future__ import annotations
@@ -50,8 +54,9 @@ def _read(stream: BinaryIO) -> Any:
 class HelperSandbox:
     """`Sandbox.run_assert` and `run_stdio`, each executed by an idle helper process (started on demand)."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, allow_unisolated: bool = False) -> None:
         self.limits = limits or Limits()
+        self.mechanism = Sandbox(self.limits, allow_unisolated=allow_unisolated).mechanism
         self._lock = threading.Lock()
         self._idle: list[subprocess.Popen] = []
         self._all: list[subprocess.Popen] = []
@@ -68,7 +73,7 @@ class HelperSandbox:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.Popen([sys.executable, "-m", "trainer.tasks.sandbox_helper"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env=env, close_fds=True)
-        _write(proc.stdin, self.limits)
+        _write(proc.stdin, (self.limits, self.mechanism))
         with self._lock:
             self._all.append(proc)
         return proc
@@ -110,8 +115,10 @@ class HelperSandbox:
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
-    """The helper's loop: a Sandbox with the limits sent first, then one request at a time until EOF."""
-    sandbox = Sandbox(_read(stdin))
+    """The helper's loop: a Sandbox with the limits and mechanism sent first, then one request at a
+    time until EOF."""
+    limits, mechanism = _read(stdin)
+    sandbox = Sandbox(limits, mechanism=mechanism)
     while True:
         try:
             method, args = _read(stdin)

@@ -1,16 +1,14 @@
 """What isolates one sandboxed execution from the machine and from the others.
 
-Its resource limits (`Limits`), the child's setup before exec (`child_setup`: mount and network
-namespaces, a tmpfs working directory over the world-writable directories, rlimits, the uid
-drop), an exclusive sandbox uid per concurrent execution (`UidLease`, flock across processes),
-and killing every process an execution left (`kill_all`). `trainer.tasks.sandbox` runs programs
-with these; see its docstring for what holds with and without root.
+Its resource limits (`Limits`), the child's setup before exec (`child_setup`: the rlimits, then
+the namespaces, the view and the uid drop of `trainer.tasks.sandbox_view`), an exclusive
+sandbox uid per concurrent execution under root (`UidLease`, flock across processes), and
+killing every process an execution left (`kill_all`). `trainer.tasks.sandbox` runs programs with
+these; `trainer.tasks.sandbox_mechanisms` says what holds under each mechanism.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import fcntl
 import os
 import random
@@ -19,15 +17,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from trainer.tasks.sandbox_view import enter
 
 UID_BASE = 0x5AFE0000  # reserved uids for sandboxed executions (no passwd entries needed)
 UID_COUNT = 64
-
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -40,9 +35,8 @@ class Limits:
     file_size_mb: int = 16       # RLIMIT_FSIZE (also bounds captured stdout/stderr)
     nproc: int = 32              # RLIMIT_NPROC (processes of the sandbox uid)
     nofile: int = 128            # RLIMIT_NOFILE
-    tmpfs_mb: int = 64           # size of the working-directory tmpfs (root only)
+    tmpfs_mb: int = 64           # size of the working-directory tmpfs
     output_bytes: int = 1 << 20  # stdout/stderr kept in memory
-
 
 
 def _proc_stat(pid: str) -> tuple[str, int, int, int] | None:
@@ -132,13 +126,6 @@ class UidLease:
             self.fd = -1
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"mount {target}: {os.strerror(e)}")
-
-
 def _count_own_processes() -> int:
     """How many processes (any state) this process's real uid has."""
     uid = os.getuid()
@@ -173,33 +160,17 @@ def _rlimits(lim: Limits, uid: int | None) -> list[tuple[int, int, int]]:
     return rlimits
 
 
-def child_setup(lim: Limits, uid: int | None, workdir: str, namespaces: bool,
-                shadowed: list[str], probe: bool = False) -> Callable[[], None]:
-    """The function run in the child before exec: namespaces and mounts, limits, uid drop.
-
-    `shadowed` are the world-writable directories the working-directory tmpfs is bound over;
-    a `probe` sets up the namespaces and mounts only.
-    """
+def child_setup(lim: Limits, uid: int | None, view: dict[str, Any] | None) -> Callable[[], None]:
+    """The function run in the child before exec: the resource limits, then the namespaces and
+    the view (`view`: `sandbox_view.enter`'s spec; None: bubblewrap builds them, or unisolated).
+    `uid`: the sandbox uid the view drops to, under root; None: the job's own uid, whose process
+    count RLIMIT_NPROC starts from. The limits come first, so they bound the namespaces' processes."""
     rlimits = _rlimits(lim, uid)
-    owner = 0 if uid is None else uid
-    tmpfs = f"size={lim.tmpfs_mb}m,mode=0700,uid={owner},gid={owner}"
 
     def preexec() -> None:
-        if namespaces:
-            if _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "unshare")
-            _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-            _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs)
-            for d in shadowed:
-                _mount(workdir, d, None, MS_BIND, None)
-            os.chdir(workdir)
-        if probe:
-            return
         for res, soft, hard in rlimits:
             resource.setrlimit(res, (soft, hard))
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
+        if view is not None:
+            enter(view)
 
     return preexec

@@ -2,7 +2,7 @@
 
 They are real modules (read, linted and tested like any other) but the sandbox never imports
 them: it reads each one's text with `importlib.resources` and runs it as `python -I -S -c TEXT`
-under the system Python, so they use the standard library only. Listed as package data in
+under the job's own interpreter, so they use the standard library only. Listed as package data in
 pyproject.toml so an installed (non-editable) copy carries them.
 """
 

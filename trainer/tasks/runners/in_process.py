@@ -7,7 +7,7 @@ before the tests), and prints the token only when the tests ran to the end. Earl
 printed fake successes and a redefined `check` score 0; code that inspects this runner's
 frames could find the token: tests that name entry points use the split runner instead.
 
-Standard library only, and nothing from the trainer: it runs under the system Python.
+Standard library only, and nothing from the trainer: it runs under `-I -S`.
 """
 
 import os

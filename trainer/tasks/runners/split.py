@@ -10,7 +10,7 @@ the token when all pass. C never holds the token or the tests, and its results r
 plain data (a pickle restricted to builtin containers and scalars), so no candidate code runs
 in T.
 
-Standard library only, and nothing from the trainer: it runs under the system Python.
+Standard library only, and nothing from the trainer: it runs under `-I -S`.
 """
 
 import builtins
