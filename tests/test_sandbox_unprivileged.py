@@ -180,6 +180,16 @@ def test_programs_run_under_the_jobs_interpreter_not_the_nodes(monkeypatch, tmp_
     assert box.run_assert(newer, TESTS, entry_points=["f"]).passed
 
 
+def test_the_view_holds_the_interpreter_never_the_whole_machine(monkeypatch):
+    job = os.path.realpath(sys.executable)
+    paths = sandbox_mechanisms.view_paths(job)
+    assert {"/usr", "/etc"} <= set(paths) and any(job.startswith(p + "/") for p in paths), paths
+    monkeypatch.setattr(sys, "base_prefix", "/")
+    monkeypatch.setattr(sys, "base_exec_prefix", "/")
+    assert "/" not in sandbox_mechanisms.view_paths("/python3")
+    assert "/opt/py" in sandbox_mechanisms.view_paths("/opt/py/python3")
+
+
 def test_scoring_threads_follow_the_jobs_cpus(monkeypatch):
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "12")
     assert default_workers() == 12

@@ -59,9 +59,10 @@ def interpreter() -> str:
 def view_paths(python: str) -> list[str]:
     """Host paths bound read-only into the view: the system directories and the interpreter's."""
     own = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
-    own.add(os.path.dirname(os.path.dirname(python)))
+    bin_dir = os.path.dirname(python)
+    own.add(os.path.dirname(bin_dir) if os.path.basename(bin_dir) == "bin" else bin_dir)
     paths = list(SYSTEM_DIRS)
-    for p in sorted(own):
+    for p in sorted(own - {"/"}):  # never the whole machine, whatever the interpreter's layout
         if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in paths):
             paths.append(p)
     return paths
