@@ -188,8 +188,8 @@ def check_matrix(config: dict[str, Any], gpu: str = "H100", rates: list[dict[str
         row = assess(str(run), rc, config["scales"][run.scale], rates, device)
         (refused if row["gate"] == "refuse" else warned if row["gate"] == "warn" else []).append(row["gate_reason"])
     if refused and not config.get("allow_unfit_runs", False):
-        raise ConfigError(f"{len(refused)} runs cannot fit their jobs (the plan's gate, trainer/sweep/gate.py):\n  "
-                          + "\n  ".join(refused))
+        raise ConfigError(f"{len(refused)} runs cannot fit their jobs (the plan's gate, trainer/sweep/gate.py; "
+                          f"`python -m trainer plan` shows the whole plan):\n  " + "\n  ".join(refused))
     notes = [f"refused but submitted (allow_unfit_runs: true): {r}" for r in refused] + \
             [f"warning: {w}" for w in warned]
     for note in notes:
