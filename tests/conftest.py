@@ -24,18 +24,22 @@ def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600, check: bool = Tr
     return proc
 
 
+def copy_workflow(d: Path, links: tuple[str, ...] = ("trainer", "analysis", "benchmarks")) -> Path:
+    """A copy of the workflow in `d`: Snakefile, config, rules, profiles and envs copied, and this
+    checkout's packages linked in (else `python -m trainer` in the copy would run an installed copy's code)."""
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, d / name)
+    for name in ("rules", "profiles", "envs"):
+        shutil.copytree(ROOT / name, d / name)
+    for name in links:
+        (d / name).symlink_to(ROOT / name)
+    return d
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """A copy of the workflow (Snakefile, rules, config, profiles) in a temporary directory."""
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, tmp_path / name)
-    # the packages, importable from the copy as from the repository
-    (tmp_path / "trainer").symlink_to(ROOT / "trainer")
-    (tmp_path / "analysis").symlink_to(ROOT / "analysis")
-    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
-    return tmp_path
+    return copy_workflow(tmp_path)
 
 
 @pytest.hookimpl(tryfirst=True)

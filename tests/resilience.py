@@ -16,7 +16,7 @@ from typing import Any, Callable
 import pandas as pd
 import pyarrow.parquet as pq
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, copy_workflow  # noqa: F401 (copy_workflow: the benchmarks' import)
 from trainer.sweep import rundir
 from trainer.sweep.config import base_model_spec, load_yaml, resolve_run_config
 from trainer.sweep.runid import parse_run_id
@@ -88,22 +88,10 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Pat
     return out
 
 
-def copy_workflow(d: Path) -> Path:
-    """A copy of the workflow in `d`: Snakefile, config, rules, profiles and envs copied, this checkout's
-    packages linked in (the tests' and benchmarks' Snakemake runs)."""
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks"):
-        (d / name).symlink_to(ROOT / name)
-    return d
-
-
-def workflow_copy(d: Path, tmp_path_factory) -> Path:
+def workflow_copy(d: Path, tmp_path_factory, links: tuple[str, ...] = ("trainer", "analysis", "benchmarks")) -> Path:
     """copy_workflow(d) with the session's tiny base model in place of the tiny scale's, so Snakemake
     trains without rebuilding it."""
-    copy_workflow(d)
+    copy_workflow(d, links)
     model_json = d / "results" / "models" / "tiny" / "model.json"
     model_json.parent.mkdir(parents=True)
     shutil.copy(tiny_base_model(tmp_path_factory), model_json)

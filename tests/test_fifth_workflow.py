@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, snakemake
-from tests.resilience import tiny_base_model
+from tests.resilience import workflow_copy
 from trainer.sweep import rundir
 from trainer.sweep.config import base_model_spec, load_yaml, validate_config
 from trainer.tasks import Problem, get_task
@@ -94,15 +93,8 @@ def sweep_config() -> dict:
 def sweep_dir(tmp_path_factory) -> Path:
     """A workflow copy that trained the new workflow's runs (`train_all`), then ran `snakemake figures`."""
     d = tmp_path_factory.mktemp("fifth_workflow")
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks", "tests"):  # this checkout's packages, and this module
-        (d / name).symlink_to(ROOT / name)
-    model_json = d / "results" / "models" / "tiny" / "model.json"
-    model_json.parent.mkdir(parents=True)
-    shutil.copy(tiny_base_model(tmp_path_factory), model_json)  # the session's cached tiny model: no rebuild
+    # this checkout's packages, and this module; the session's cached tiny model: no rebuild
+    workflow_copy(d, tmp_path_factory, ("trainer", "analysis", "benchmarks", "tests"))
     (d / "fifth.yaml").write_text(yaml.safe_dump(sweep_config()))
     snakemake("--configfile", "fifth.yaml", "--cores", "2", "train_all", cwd=d, timeout=600)
     snakemake("--configfile", "fifth.yaml", "--cores", "2", "figures", cwd=d, timeout=600)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, snakemake
-from tests.resilience import assert_same_logs, published_logs, tiny_base_model, trainer_env
+from tests.resilience import assert_same_logs, published_logs, trainer_env, workflow_copy
 from trainer.sweep import rundir
 from trainer.workflows import WORKFLOWS
 
@@ -49,16 +49,7 @@ def matrix_config() -> dict:
 @pytest.fixture(scope="module")
 def matrix_dir(tmp_path_factory) -> Path:
     """A workflow copy that ran the whole tiny matrix once, on the session's cached base model."""
-    d = tmp_path_factory.mktemp("matrix")
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks"):  # this checkout's packages, not an installed copy
-        (d / name).symlink_to(ROOT / name)
-    model_json = d / "results" / "models" / "tiny" / "model.json"
-    model_json.parent.mkdir(parents=True)
-    shutil.copy(tiny_base_model(tmp_path_factory), model_json)  # no rebuild: its path points to the cache
+    d = workflow_copy(tmp_path_factory.mktemp("matrix"), tmp_path_factory)  # no rebuild: the session's model
     (d / "matrix.yaml").write_text(yaml.safe_dump(matrix_config()))
     proc = snakemake("--configfile", "matrix.yaml", "--cores", "2", "train_all", cwd=d, timeout=900)
     assert "rule base_model" not in proc.stdout + proc.stderr, "the cached base model was rebuilt"

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, snakemake
+from tests.conftest import ROOT, copy_workflow, snakemake
 from tests.resilience import PERTURB
 from trainer.sweep.rundir import TRAIN_SCHEMA
 
@@ -47,14 +47,7 @@ def ci_config(matrix: dict, backend: str = "local") -> dict:
 @pytest.fixture(scope="session")
 def pipeline_dir(tmp_path_factory):
     """A workflow copy whose tiny base model is built once for the session."""
-    d = tmp_path_factory.mktemp("pipeline")
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(ROOT / name, d / name)
-    for name in ("rules", "profiles", "envs"):
-        shutil.copytree(ROOT / name, d / name)
-    for name in ("trainer", "analysis", "benchmarks"):  # else `python -m trainer` runs an installed copy's code
-        (d / name).symlink_to(ROOT / name)
-    return d
+    return copy_workflow(tmp_path_factory.mktemp("pipeline"))
 
 
 def write_yaml(path, obj) -> str:
