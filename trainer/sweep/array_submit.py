@@ -98,13 +98,7 @@ def requests_in(spool: Path) -> list[dict[str, Any]]:
 
 def launcher_alive(request: dict[str, Any]) -> bool:
     """Whether a launcher holds the request's run lock (work/launch.lock: it waits for the answer)."""
-    with open(request["lock"], "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
+    return rundir.lock_held(request["lock"])
 
 
 @contextlib.contextmanager

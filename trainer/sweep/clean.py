@@ -9,7 +9,6 @@ Superseded, in a run that is not finished (no done.json) and that no process tra
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -20,16 +19,7 @@ from trainer.sweep import rundir
 
 def trainer_holds(work: Path) -> bool:
     """Whether a process holds the run's train lock (it is training now)."""
-    path = work / rundir.TRAIN_LOCK
-    if not path.exists():
-        return False
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
+    return rundir.lock_held(work / rundir.TRAIN_LOCK)
 
 
 def _dead_temporaries(run_dir: Path) -> list[Path]:

@@ -290,16 +290,7 @@ def launch_lock(work: Path) -> Iterator[None]:
 
 def run_busy(work: Path) -> bool:
     """Whether a process holds the run's train lock (a local job of an earlier launcher still training)."""
-    path = work / rundir.TRAIN_LOCK
-    if not path.exists():
-        return False
-    with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return False
+    return rundir.lock_held(work / rundir.TRAIN_LOCK)
 
 
 def wait_for_local_trainer(work: Path, run_dir: Path, poll_s: float) -> dict[str, Any]:

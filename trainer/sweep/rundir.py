@@ -5,6 +5,7 @@ Analysis imports this module and nothing else from the trainer.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass
@@ -108,15 +109,15 @@ def _schemas() -> dict[str, "pa.Schema"]:
     # zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
     # agree, so that their advantages are zero (advantage collapse).
     # With training.agent_gradients, the per-agent gradient columns: see optional_types below.
+    # With training.vllm_importance_sampling_correction (vllm backend): importance_sampling_ratio_mean, _min,
+    # _max, the role's TRL importance ratio over its completion tokens (sequences in the sequence_* modes),
+    # as TRL logs sampling/importance_sampling_ratio/{mean,min,max}.
 
     EVAL_SCHEMA = _eval_schema()
 
     # A bounded sample of whole episodes per eval: one row per turn.
     SAMPLES_SCHEMA = pa.schema([
         ("step", pa.int64()),
-    # With training.vllm_importance_sampling_correction (vllm backend): importance_sampling_ratio_mean, _min,
-    # _max, the role's TRL importance ratio over its completion tokens (sequences in the sequence_* modes),
-    # as TRL logs sampling/importance_sampling_ratio/{mean,min,max}.
         ("split", pa.string()),
         ("episode", pa.int64()),
         ("problem_id", pa.string()),
@@ -246,6 +247,20 @@ def write_json_atomic(obj: Any, path: str | Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def lock_held(path: str | Path) -> bool:
+    """Whether another process holds the flock on `path` (a trainer's train lock, a launcher's run lock)."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
 
 
 # The run id is part of this contract; analysis reads it from here.
