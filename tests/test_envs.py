@@ -32,13 +32,14 @@ from tests.conftest import ROOT, snakemake
 LOCAL_PACKAGES = ("trainer", "analysis")
 # imported only to say that it is missing: the vLLM rollout backend is refused while it is not built
 OPTIONAL_IMPORTS = {"vllm"}
-# imported only when a config asks for it (tracking.backend: mlflow): pyproject's extra that installs it
-EXTRA_IMPORTS = {"mlflow": "tracking"}
+# imported only when a config asks for it (tracking.backend: mlflow, wandb): pyproject's extra that installs it
+EXTRA_IMPORTS = {"mlflow": "tracking", "wandb": "tracking"}
 # seen at run time, but tried by a library that goes on without them (or by the interpreter's start)
 RUNTIME_OPTIONAL = {
     "cloudpickle": "pyarrow tries it at import for pickling support",
     "pytz": "pandas (3.x) tries it for time zones; optional since pandas 3.0",
     "_distutils_hack": "setuptools' site .pth hook, imported as the interpreter starts",
+    "wcwidth": "tabulate tries it for wide characters (installed here by mlflow's prettytable)",
 }
 # CLI subcommands that no rule runs: `python -m trainer install-profile` (.ci/setup, beside Snakemake)
 NOT_RUN_BY_RULES = frozenset({"trainer.sweep.profiles"})

@@ -54,10 +54,11 @@ class EarlyWarningSettings:
 class TrackingSettings:
     """The optional experiment tracker mirroring the parquet logs (trainer/rl/tracking.py); not hashed."""
 
-    backend: str = setting("none", "none, mlflow (local file store) or tensorboard.")
-    project: str = setting("marl-sweep", "MLflow experiment / TensorBoard subdirectory.")
-    tags: list[str] = setting([], "MLflow run tags.")
-    dir: str | None = setting(None, "Directory of the local stores (None: results/tracking).")
+    backend: str = setting("none", "none, mlflow, tensorboard or wandb (docs/tracking.md).")
+    project: str = setting("marl-sweep", "MLflow experiment / TensorBoard subdirectory / wandb project.")
+    tags: list[str] = setting([], "MLflow and wandb run tags.")
+    dir: str | None = setting(None, "Directory of the local stores and wandb's offline files (None: results/tracking).")
+    mlflow_tracking_uri: str | None = setting(None, "MLflow server (None: MLFLOW_TRACKING_URI, else a file store).")
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,8 @@ def check_importance_sampling(t: "TrainingSettings") -> None:
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """GRPO hyperparameters under TRL's GRPOConfig names, plus the multi-role knobs.
-
-    Defaults are TRL's where TRL has the field; config.yaml states the study's values.
-    """
+    """GRPO hyperparameters under TRL's GRPOConfig names, plus the multi-role knobs; defaults are TRL's where
+    TRL has the field, config.yaml states the study's values."""
 
     finetune: str = setting("lora", "lora: one adapter per policy on a frozen base; full: a model copy each.")
     lora: LoraSettings = setting(LoraSettings(), "PEFT LoraConfig fields.")
@@ -221,7 +220,7 @@ class ModelSettings:
     name: str = setting("tiny", "A Hugging Face id, a local path, or `tiny` (built offline).")
     dtype: str = setting("float32", "Parameter dtype of the base model on GPU (CPU runs use float32).")
     tiny: TinySettings | None = setting(None, "Architecture and warm start of the tiny model (model `tiny` only).")
-    revision: str | None = setting(None, "The hub commit the prefetch rule resolved (hub ids only; hashed).")
+    revision: str | None = setting(None, "The hub commit: scales.<scale>.revision, else prefetch's (hashed).")
     content_hash: str | None = setting(None, "The content hash of a prefetched model's files (hashed).")
 
 

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from trainer.rl.checkpoint_files import check_room
 from trainer.rl.distributed import process_group
-from trainer.rl.tracking import TRACKING_JSON
+from trainer.rl.tracking import reset_state
 from trainer.rl.train import Trainer
 from trainer.settings import ResourceSettings, default_of
 from trainer.sweep import rundir
@@ -47,7 +47,7 @@ def run_training(run_dir: str | Path, restart: bool = False,
                 remove_stale_temporaries(run_dir)
                 if restart:
                     shutil.rmtree(work / rundir.CHECKPOINTS_DIR, ignore_errors=True)
-                    (work / TRACKING_JSON).unlink(missing_ok=True)  # a fresh tracker run
+                    reset_state(work)  # a fresh tracker run
                 (work / rundir.FAILURE_JSON).unlink(missing_ok=True)
             ranks.barrier()  # DDP: the others read the checkpoints once rank 0 has cleaned up
             done_path = run_dir / rundir.DONE_JSON

@@ -1,4 +1,5 @@
-"""Optional experiment trackers: the run's logs mirrored to MLflow or TensorBoard, one tracker run per run id.
+"""Optional experiment trackers: the run's logs mirrored to MLflow, TensorBoard or Weights & Biases, one tracker
+run per run id (docs/tracking.md).
 
 The parquet files stay the source of truth. What is mirrored, under namespaced keys:
 - the resolved run config, once, when the tracker run is created;
@@ -6,25 +7,33 @@ The parquet files stay the source of truth. What is mirrored, under namespaced k
 - per eval every numeric eval.parquet column as `eval/<split>/<column>`;
 - per warning `warnings/<role>/<detector>` = the detector's value at its onset step.
 
-No duplicated runs or steps after a restart: rows are flushed to the tracker after each checkpoint (and at
-publish), only those after the last flushed step, which work/tracking.json records with the tracker's own
-run id; a resumed run reopens that tracker run. A tracker failure is logged and never stops training (its
-rows are retried at the next flush).
+Every completed step (its eval included) is flushed to the tracker at once, only the rows after the last
+flushed step, which work/tracking.json records with the tracker's own run id; a resumed run reopens that
+tracker run. A resume rewinds to the last checkpoint, so the steps after it, flushed already, are computed
+again (to the same rows: a resume is exact). Per backend, no step twice and none missing:
+- mlflow and wandb: the recomputed steps are not sent again (only steps after the flushed one);
+- tensorboard: the writer reopens with purge_step = the checkpoint's step + 1, which drops the events of the
+  steps after it, and the recomputed steps are written again.
+A tracker failure is logged and never stops training (its rows are retried at the next flush).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+from trainer.rl import wandb_log
 from trainer.settings import TrackingSettings
 from trainer.sweep import rundir
+from trainer.sweep.runid import parse_run_id
 
-BACKENDS = ("none", "mlflow", "tensorboard")
+BACKENDS = ("none", "mlflow", "tensorboard", "wandb")
 TRACKING_JSON = "tracking.json"  # under work/: backend, the tracker's run id, the last flushed step
 DEFAULTS = dataclasses.asdict(TrackingSettings())  # their home: trainer.settings
 
@@ -53,22 +62,43 @@ def metric_dict(rows: list[dict[str, Any]], prefix: str, key: str, skip: tuple[s
     return out
 
 
+def reset_state(work: Path) -> None:
+    """A restart (checkpoints discarded): the next tracker run is a new one; wandb's id counts the restarts."""
+    path = Path(work) / TRACKING_JSON
+    restarts = json.loads(path.read_text()).get("restarts", 0) + 1 if path.exists() else 0
+    path.unlink(missing_ok=True)
+    if restarts:
+        rundir.write_json_atomic({"restarts": restarts}, path)
+
+
+def wandb_run_id(run: str, config_hash: str, restarts: int = 0) -> str:
+    """The wandb run id of a run: stable across requeues and clusters (run id and config hash), new at a restart."""
+    digest = hashlib.sha256(f"{run}:{config_hash}:{restarts}".encode()).hexdigest()[:12]
+    return f"{run[:48]}-{digest}"
+
+
+def mlflow_uri(settings: dict[str, Any], store: Path) -> str:
+    """tracking.mlflow_tracking_uri, else MLFLOW_TRACKING_URI, else a file store under the tracking dir."""
+    return settings["mlflow_tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or \
+        (store / "mlruns").resolve().as_uri()
+
+
 class MlflowBackend:
-    """MLflow through its client (local file store by default: `file:<dir>/mlruns`)."""
+    """MLflow through its client: a server (tracking.mlflow_tracking_uri) or a local file store."""
+
+    rewinds = False
 
     def __init__(self, settings: dict[str, Any], store: Path):
-        import os
-
         # MLflow 3 refuses its file store unless told (it prefers a database); the file store is what works
         # offline on a compute node with mlflow-skinny alone, so opt in for this process
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient(tracking_uri=(store / "mlruns").resolve().as_uri())
+        self.client = MlflowClient(tracking_uri=mlflow_uri(settings, store))
         self.project = settings["project"]
         self.tags = settings["tags"]
 
-    def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int) -> str:
+    def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int, restarts: int) -> str:
         if tracker_id:
             self.client.update_run(tracker_id, status="RUNNING")
             return tracker_id
@@ -89,15 +119,20 @@ class MlflowBackend:
     def close(self, tracker_id: str, finished: bool) -> None:
         self.client.set_terminated(tracker_id, status="FINISHED" if finished else "KILLED")
 
+    def held_step(self, tracker_id: str) -> int | None:
+        return None  # log_batch returns once the server holds the metrics: tracking.json is right
+
 
 class TensorboardBackend:
     """TensorBoard event files under `<dir>/tensorboard/<project>/<run>` (torch's SummaryWriter)."""
+
+    rewinds = True  # purge_step drops the steps after the checkpoint a resume starts from
 
     def __init__(self, settings: dict[str, Any], store: Path):
         self.root = store / "tensorboard" / settings["project"]
         self.writer = None
 
-    def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int) -> str:
+    def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int, restarts: int) -> str:
         from torch.utils.tensorboard import SummaryWriter
 
         # purge_step: TensorBoard drops events at or after it from an earlier session (a flush cut short)
@@ -115,8 +150,46 @@ class TensorboardBackend:
     def close(self, tracker_id: str, finished: bool) -> None:
         self.writer.close()
 
+    def held_step(self, tracker_id: str) -> int | None:
+        return None  # each log ends with a flush of the event file
 
-BACKEND_CLASSES = {"mlflow": MlflowBackend, "tensorboard": TensorboardBackend}
+
+class WandbBackend:
+    """Weights & Biases: one wandb run per run id (wandb_run_id), its config the run's config and hash, grouped by
+    cell so that seeds show together; WANDB_MODE=offline writes `<dir>/wandb/offline-run-*` for `wandb sync`."""
+
+    rewinds = False
+
+    def __init__(self, settings: dict[str, Any], store: Path):
+        import wandb
+
+        self.wandb, self.store, self.settings, self.handle = wandb, store, settings, None
+
+    def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int, restarts: int) -> str:
+        run_id = tracker_id or wandb_run_id(run, config.get("config_hash", ""), restarts)
+        self.store.mkdir(parents=True, exist_ok=True)
+        quiet = self.wandb.Settings(console="off", x_disable_stats=True, save_code=False, disable_git=True,
+                                    silent=True, x_save_requirements=False)
+        self.handle = self.wandb.init(project=self.settings["project"], id=run_id, name=run, resume="allow",
+                                      group=parse_run_id(run).cell, tags=list(self.settings["tags"]) or None,
+                                      config=config, dir=str(self.store), reinit="create_new", settings=quiet)
+        return run_id
+
+    def log(self, tracker_id: str, metrics: dict[int, dict[str, float]]) -> None:
+        for step, kv in sorted(metrics.items()):  # one history row per step, in step order
+            self.handle.log(kv, step=step)
+
+    def close(self, tracker_id: str, finished: bool) -> None:
+        self.handle.finish(exit_code=0 if finished else 1)
+
+    def held_step(self, tracker_id: str) -> int | None:
+        """The last step wandb holds: a killed process's last records never reached its files or the server."""
+        if self.handle.offline:
+            return wandb_log.last_step(self.store, tracker_id)
+        return self.handle.starting_step - 1 if self.handle.resumed else -1
+
+
+BACKEND_CLASSES = {"mlflow": MlflowBackend, "tensorboard": TensorboardBackend, "wandb": WandbBackend}
 
 
 class Tracker:
@@ -140,16 +213,37 @@ class Tracker:
             self.log(f"tracking ({self.settings['backend']}) failed at {what}: {type(e).__name__}: {e}; training goes on")
             return None
 
+    def resume_at(self, step: int) -> None:
+        """The run resumed from the checkpoint of `step`: a backend that rewinds gets the steps after it again."""
+        if self.backend is not None and self.backend.rewinds and int(self.state.get("flushed_step", -1)) > step:
+            self.state = {**self.state, "flushed_step": step}
+
+    def _open(self) -> bool:
+        """Create or reopen the tracker run; lower the flushed step to what the tracker holds (a SIGKILL may
+        have lost records that tracking.json counts as sent)."""
+        after = int(self.state.get("flushed_step", -1))
+        self.tracker_id = self._guard("open", lambda: self.backend.open(
+            self.run, self.state.get("tracker_id"), self.cfg, after + 1, int(self.state.get("restarts", 0))))
+        if self.tracker_id is None:
+            return False
+        held = self._guard("read back", lambda: self.backend.held_step(self.tracker_id))
+        if held is not None and held < after:
+            self.log(f"tracking ({self.settings['backend']}): the tracker holds steps up to {held}, not {after} "
+                     f"(the last process was killed before they were written); sending the steps after {held}")
+            self.state = {**self.state, "flushed_step": held}
+        return True
+
     def flush(self, upto: int, train: list[dict], evals: list[dict], warnings: list[dict], finished: bool = False) -> None:
         """Send the rows of steps (last flushed, upto] to the tracker, then record `upto` as flushed."""
         if self.backend is None:
             return
+        if self.tracker_id is None and not self._open():
+            return
         after = int(self.state.get("flushed_step", -1))
-        if self.tracker_id is None:
-            self.tracker_id = self._guard("open", lambda: self.backend.open(self.run, self.state.get("tracker_id"),
-                                                                           self.cfg, after + 1))
-            if self.tracker_id is None:
-                return
+        if upto <= after:  # a recomputed step, sent already (or rewound and sent again by a later flush)
+            if finished:
+                self._guard("close", lambda: self.backend.close(self.tracker_id, True))
+            return
         metrics: dict[int, dict[str, float]] = {}
         for rows, prefix, key, skip in ((train, "train", "role", ("step", "time_s")),
                                         (evals, "eval", "split", ("step", "time_s")),
@@ -160,7 +254,8 @@ class Tracker:
             for step, kv in metric_dict(mine, prefix, key, skip).items():
                 metrics.setdefault(step, {}).update(kv)
         if self._guard("log", lambda: self.backend.log(self.tracker_id, metrics) or True):
-            self.state = {"backend": self.settings["backend"], "tracker_id": self.tracker_id, "flushed_step": upto}
+            self.state = {"backend": self.settings["backend"], "tracker_id": self.tracker_id, "flushed_step": upto,
+                          "restarts": int(self.state.get("restarts", 0))}
             rundir.write_json_atomic(self.state, self.state_path)
         if finished:
             self._guard("close", lambda: self.backend.close(self.tracker_id, True))

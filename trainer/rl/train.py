@@ -97,7 +97,7 @@ class Trainer:
         self.warning_thresholds = early_warning.thresholds_of(self.cfg["training"])
         self.peak = PeakKeeper(self.work, next(iter(self.eval_splits)), self.settings.peak_smoothing_window,
                                enabled=self.ranks.is_main)  # the policies at the best smoothed eval so far
-        # the optional tracker mirrors the rows after each checkpoint and at publish (rank 0's alone)
+        # the optional tracker mirrors the rows after each completed step and at publish (rank 0's alone)
         self.tracker = tracking.Tracker(self.cfg if self.ranks.is_main else {**self.cfg, "tracking": {}},
                                         self.run_dir, self.log)
 
@@ -238,12 +238,14 @@ class Trainer:
         max_steps, t_start = self.t.max_steps, time.time()
         self.generate.stop = self.eval_generate.stop = stop
         start = completed = self.resume()
+        self.tracker.resume_at(start)  # the steps after the checkpoint are computed again (tracking.py)
         self.write_progress(start, "started")
         try:
             if self.t.is_eval_step(start) and not any(r["step"] == start for r in self.eval_rows):
                 self.evaluate(start)  # step 0, or a step whose eval a signal cut short
                 self.write_partial_logs()
                 self.log(f"step {start}/{max_steps} eval " + self._eval_summary())
+            self.tracker.flush(start, self.train_rows, self.eval_rows, self.warning_rows)
             for step in range(start + 1, max_steps + 1):
                 tokens_before, chunks_before, t0 = self.generate.generated_tokens, self.generate.chunks, time.time()
                 self.train_step(step)
@@ -259,6 +261,7 @@ class Trainer:
                 stopping = self.ranks.any_true(stop is not None and stop.is_set()) and step < max_steps
                 if step % self.t.save_every == 0 or step == max_steps or stopping or early:
                     self.checkpoint(step)
+                self.tracker.flush(step, self.train_rows, self.eval_rows, self.warning_rows)  # the step, its eval
                 self.write_progress(step, "training")
                 if early:
                     self.log(f"step {step}/{max_steps}: training.on_warning is stop; checkpoint saved, ending early")
@@ -327,7 +330,6 @@ class Trainer:
         save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step),
                         lambda d: (self.write_logs(d), self.peak.link_into(d)), self.t.keep_last)
         self.timings["checkpoint_s"] = max(self.timings["checkpoint_s"], time.time() - t_ckpt)
-        self.tracker.flush(step, self.train_rows, self.eval_rows, self.warning_rows)  # after the checkpoint
 
     def sampler_state(self, step: int) -> dict[str, int]:
         """Where the data sampler stands after `step` (checkpoint.sampler_state)."""
