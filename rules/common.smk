@@ -25,6 +25,8 @@ from trainer.sweep.prefetch import (
     dataset_key,
     hf_dataset_specs,
     needs_model_prefetch,
+    pinned_revision,
+    revision_arg,
 )
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.sweep.cost import run_turns
@@ -99,6 +101,17 @@ def hub_dataset_id(wildcards):
     if not found:
         raise ValueError(f"prefetch_dataset: no hub dataset of the matrix is spelled {wildcards.dataset!r}")
     return shlex.quote(found[0])
+
+
+def prefetch_model_revision(wildcards):
+    """`--revision COMMIT` of a prefetch_model job whose scale pins one (empty: unpinned)."""
+    return revision_arg(config["scales"][wildcards.scale].get("revision"))
+
+
+def hub_dataset_revision(wildcards):
+    """`--revision COMMIT` of a prefetch_dataset job whose sources pin one (empty: unpinned)."""
+    repo = shlex.split(hub_dataset_id(wildcards))[0]
+    return revision_arg(pinned_revision(hub_dataset_specs(), repo, "tasks"))
 
 
 def hub_dataset_configs(wildcards):

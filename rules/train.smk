@@ -35,8 +35,9 @@ rule prefetch_model:
         "../envs/trainer.yaml"
     params:
         model=lambda w: shlex.quote(config["scales"][w.scale]["model"]),
+        revision=prefetch_model_revision,
     shell:
-        "python -m trainer prefetch --model {params.model} --out {output} 2>&1 | tee {log}"
+        "python -m trainer prefetch --model {params.model}{params.revision} --out {output} 2>&1 | tee {log}"
 
 
 rule prefetch_dataset:
@@ -50,8 +51,10 @@ rule prefetch_dataset:
     params:
         dataset=hub_dataset_id,
         configs=hub_dataset_configs,
+        revision=hub_dataset_revision,
     shell:
-        "python -m trainer prefetch --dataset {params.dataset} {params.configs} --out {output} 2>&1 | tee {log}"
+        "python -m trainer prefetch --dataset {params.dataset} {params.configs}{params.revision} --out {output} "
+        "2>&1 | tee {log}"
 
 
 rule train:

@@ -1,22 +1,28 @@
 """Prefetch on the login node (issue 19, must-show 3): `prefetch` precedes `train` in
 `snakemake -n --profile slurm`; train jobs carry the offline variables; a pinned revision changes
 the config hash; a local model path is hashed by content; a job that would need the network fails
-at once naming the model or dataset and the prefetch rule. No hub here: a Hugging Face cache
-layout built in the test stands for a fetched one (refs/main -> a commit's snapshot)."""
+at once naming the model or dataset and the prefetch rule. Pins in config.yaml (issue 40, must-show 3):
+`trainer pin` writes them, two checkouts of one pinned config.yaml make runs of equal hashes, and prefetch
+refuses a hub commit other than the pinned one. No hub here: a Hugging Face cache layout built in the
+test stands for a fetched one (refs/main -> a commit's snapshot)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, snakemake
 from tests.test_dag import slurm_profile_installed  # noqa: F401  (fixture)
-from trainer.sweep.config import config_hash, load_yaml, resolve_run_config
+from trainer.__main__ import main
+from trainer.sweep.config import config_hash, load_config, load_yaml, resolve_run_config
 from trainer.sweep.launch import resolve_run_config as launch_config
-from trainer.sweep.prefetch import PrefetchError, content_hash, fetch_repo, prefetch, require_cached
+from trainer.sweep.pins import hub_sources
+from trainer.sweep.prefetch import (PrefetchError, content_hash, dataset_key, fetch_repo, hf_dataset_specs,
+                                    pinned_revision, prefetch, require_cached, revision_arg)
 from trainer.sweep.runid import parse_run_id
 
 RUN = "voting-math-qwen3-0.6b-shared-s0"
@@ -111,3 +117,85 @@ def test_a_job_that_needs_the_network_fails_at_once_naming_it(tmp_path: Path) ->
     hub_cache(tmp_path, "MathArena/aime_2025", "dataset", COMMIT_A)
     rc["task_params"]["eval"][1]["revision"] = COMMIT_A
     require_cached(rc, cache_dir=str(tmp_path))  # everything cached: no error, no network
+
+
+HUB_SOURCES = {("model", "Qwen/Qwen3-0.6B"): "1" * 40, ("model", "Qwen/Qwen3-1.7B"): "2" * 40,
+               ("model", "Qwen/Qwen3-4B"): "3" * 40, ("dataset", "open-r1/DAPO-Math-17k-Processed"): "4" * 40,
+               ("dataset", "MathArena/aime_2025"): "5" * 40, ("dataset", "agentica-org/DeepCoder-Preview-Dataset"): "6" * 40,
+               ("dataset", "lighteval/code_generation_lite"): "7" * 40}
+
+
+def checkout(root: Path, cache: str, commits: dict[tuple[str, str], str]) -> Path:
+    """A checkout's config.yaml and the prefetch JSONs its cluster wrote (its own cache paths)."""
+    root.mkdir(parents=True)
+    shutil.copy(ROOT / "config.yaml", root / "config.yaml")
+    for (kind, name), commit in commits.items():
+        doc = {"kind": kind, "name": name, "revision": commit, "path": f"{cache}/{name}/snapshots/{commit}"}
+        if kind == "model":
+            out = root / "results/prefetch/models" / f"qwen3-{name.split('-')[-1].lower()}.json"
+        else:
+            out = root / "results/prefetch/datasets" / f"{dataset_key(name)}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc))
+    return root
+
+
+def checkout_run_config(root: Path, run: str = RUN) -> dict:
+    """What `trainer launch` writes for `run` in this checkout (its config.yaml, its prefetch JSONs)."""
+    config = load_config(root / "config.yaml", ROOT / "rules/config.schema.yaml")
+    rc = resolve_run_config(load_yaml(ROOT / "profiles/slurm/paper.yaml") | config | {"matrix": "paper"},
+                            parse_run_id(run))
+    base = {"scale": rc["scale"], "model": rc["model"]["name"], "path": rc["model"]["name"]}
+    docs = [json.loads(p.read_text()) for p in sorted((root / "results/prefetch").rglob("*.json"))]
+    return launch_config(rc, base, [d for d in docs if d["name"] in (rc["model"]["name"], *(
+        s["path"] for s in hf_dataset_specs(rc["task_params"])))])
+
+
+def test_two_checkouts_of_one_pinned_config_give_equal_hashes(tmp_path: Path) -> None:
+    """`trainer pin` writes the commits one cluster prefetched into config.yaml; a second checkout of that
+    config.yaml, whose cluster prefetched into another cache, makes runs of the same hashes."""
+    a = checkout(tmp_path / "a", "/cache-a", HUB_SOURCES)
+    assert main(["pin", "--config", str(a / "config.yaml"), "--prefetched", str(a / "results/prefetch")]) == 0
+    text = (a / "config.yaml").read_text()
+    assert f'    model: Qwen/Qwen3-0.6B     # a Hugging Face id or a local path\n    revision: "{"1" * 40}"\n' in text
+    assert f'path: MathArena/aime_2025, revision: "{"5" * 40}",' in text
+    pinned = load_config(a / "config.yaml", ROOT / "rules/config.schema.yaml")  # valid against the schema
+    assert {(s["kind"], s["name"]): s["revision"] for s in hub_sources(pinned)} == HUB_SOURCES
+    assert main(["pin", "--config", str(a / "config.yaml"), "--prefetched", str(tmp_path / "none")]) == 0
+    assert (a / "config.yaml").read_text() == text, "a pinned config is left as it is"
+    b = checkout(tmp_path / "b", "/elsewhere/cache-b", HUB_SOURCES)
+    shutil.copy(a / "config.yaml", b / "config.yaml")
+    for run in (RUN, "voting-code-qwen3-1.7b-isolated-s1"):
+        ra, rb = checkout_run_config(a, run), checkout_run_config(b, run)
+        assert ra["config_hash"] == rb["config_hash"], run
+        assert ra["model"]["revision"] == HUB_SOURCES[("model", ra["model"]["name"])]
+    assert checkout_run_config(a)["task_params"]["eval"][1]["revision"] == "5" * 40
+    # unpinned, a run takes what its cluster resolved: the same commits, the pinned run's hash (pinning an
+    # unpinned config reruns nothing); another commit, another hash
+    d = checkout(tmp_path / "d", "/cache-d", HUB_SOURCES)
+    assert checkout_run_config(d)["config_hash"] == checkout_run_config(a)["config_hash"]
+    c = checkout(tmp_path / "c", "/cache-c", {**HUB_SOURCES, ("model", "Qwen/Qwen3-0.6B"): "9" * 40})
+    assert checkout_run_config(c)["config_hash"] != checkout_run_config(d)["config_hash"]
+    # a pinned config and a prefetch JSON of another commit (fetched before the pin): refused, naming both
+    shutil.copy(a / "config.yaml", c / "config.yaml")
+    with pytest.raises(PrefetchError, match=r"model Qwen/Qwen3-0\.6B: config.yaml pins 1{40}, the prefetch JSON "
+                                            r"holds 9{40}; run the prefetch rule again"):
+        checkout_run_config(c)
+
+
+def test_prefetch_refuses_a_hub_commit_other_than_the_pinned_one(tmp_path: Path, monkeypatch) -> None:
+    """The hub (faked: snapshot_download) resolves commit A; prefetch pinned to B fails naming both."""
+    import huggingface_hub
+
+    def snapshot_download(repo_id, repo_type=None, revision=None, **kwargs):
+        return str(hub_cache(tmp_path, repo_id, repo_type, COMMIT_A))
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    assert prefetch("Qwen/Qwen3-0.6B", "model", COMMIT_A)["revision"] == COMMIT_A
+    with pytest.raises(PrefetchError, match=r"model Qwen/Qwen3-0\.6B: the hub resolved commit a{40}, config.yaml "
+                                            r"pins b{40}"):
+        prefetch("Qwen/Qwen3-0.6B", "model", COMMIT_B)
+    assert revision_arg(COMMIT_B) == f" --revision {COMMIT_B}" and revision_arg(None) == ""
+    specs = [{"path": "x/y", "revision": COMMIT_A}, {"path": "x/y", "revision": COMMIT_B}]
+    with pytest.raises(ValueError, match="tasks: dataset x/y is pinned to several revisions"):
+        pinned_revision(specs, "x/y", "tasks")

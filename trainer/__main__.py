@@ -3,6 +3,7 @@
     python -m trainer base-model --spec JSON --out results/models/tiny/model.json
     python -m trainer launch --run-config JSON --base-model MODEL_JSON --run-dir results/runs/RUN
     python -m trainer prefetch --model Qwen/Qwen3-0.6B --out results/prefetch/models/qwen3-0.6b.json
+    python -m trainer pin [--config config.yaml]   # the hub commits written into config.yaml
     python -m trainer train --run-dir results/runs/RUN
     python -m trainer runs [--config config.yaml] [--matrix paper]
     python -m trainer status [--config-file config.yaml] [--config matrix=paper] [--json]
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="model.json to write")
     add_launch_parser(sub)
     add_prefetch_parser(sub)
+    add_pin_parser(sub)
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
     p = sub.add_parser("export", help="write a finished run's peak or last policies (PEFT adapters or full models) "
@@ -95,7 +97,8 @@ def add_prefetch_parser(sub: argparse._SubParsersAction) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a hub id or a local path")
     what.add_argument("--dataset", help="a hub dataset id or a local path")
-    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--revision", default=None, help="the commit config.yaml pins: fails when the hub resolves "
+                                                    "another (default: main, unpinned)")
     p.add_argument("--config-name", action="append", default=None,
                    help="a dataset configuration the runs read (repeat for each; default: the dataset's default)")
     p.add_argument("--out", required=True, help="the JSON to write")
@@ -116,6 +119,30 @@ def prefetch_command(args: argparse.Namespace) -> int:
     write_json_atomic(info, args.out)
     print(f"{kind} {name}: " + (f"revision {info['revision']}" if "revision" in info else
                                  f"content hash {info['content_hash']}"))
+    return 0
+
+
+def add_pin_parser(sub: argparse._SubParsersAction) -> None:
+    """The `pin` subcommand's arguments."""
+    p = sub.add_parser("pin", help="write the hub commit of every unpinned model and dataset into the config "
+                                   "(trainer/sweep/pins.py)")
+    p.add_argument("--config", default="config.yaml", help="the config file to edit in place")
+    p.add_argument("--prefetched", default="results/prefetch", help="the prefetch rules' JSONs (else the hub's commit)")
+
+
+def pin_command(args: argparse.Namespace) -> int:
+    """`python -m trainer pin`: pin the commits into the config file."""
+    from trainer.sweep.pins import pin_config
+    from trainer.sweep.prefetch import PrefetchError
+
+    try:
+        written = pin_config(args.config, args.prefetched)
+    except (PrefetchError, ValueError) as e:
+        print(f"error: pin: {e}", file=sys.stderr)
+        return 1
+    for where, commit in written.items():
+        print(f"{where}: revision {commit}")
+    print(f"{len(written)} revisions written into {args.config}" if written else "every hub source is pinned already")
     return 0
 
 
@@ -306,6 +333,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "base-model": base_model_command,
     "launch": launch_command,
     "prefetch": prefetch_command,
+    "pin": pin_command,
     "train": train_command,
     "export": export_command,
     "install-profile": install_profile_command,

@@ -291,7 +291,8 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
     return {
         "run": str(run),
         **run.axes(),
-        "model": {"name": scale["model"], "dtype": scale.get("dtype", DEFAULT_DTYPE), "tiny": scale.get("tiny")},
+        "model": {"name": scale["model"], "dtype": scale.get("dtype", DEFAULT_DTYPE), "tiny": scale.get("tiny"),
+                  **({"revision": scale["revision"]} if scale.get("revision") else {})},  # pinned in config.yaml
         "workflow_params": workflows.get(run.workflow, {}),
         "task_params": task,
         "training": training,

@@ -4,10 +4,14 @@
     python -m trainer prefetch --dataset open-r1/DAPO-Math-17k-Processed --out results/prefetch/datasets/X.json
 
 A hub id is downloaded into the Hugging Face cache and its revision resolved to a commit hash
-(the snapshot folder's name); a local path is hashed by content instead. The launcher pins what
-the JSON says into the run config (`pin_prefetched`), so the revision is part of config.json and
-its hash; the job checks, before anything else, that every pinned repository is in its cache
-(`require_cached`) and fails at once naming the model or dataset and the prefetch rule.
+(the snapshot folder's name); a local path is hashed by content instead. config.yaml may pin the
+commit (`scales.<scale>.revision`, a hub dataset source's `revision`; `python -m trainer pin` writes
+them): prefetch then fetches that commit and fails when the hub resolves another, and the run's hash
+depends on config.yaml alone, so two clusters with one config.yaml make runs of equal hashes. An
+unpinned one takes what this cluster resolved. The launcher pins what the JSON says into the run
+config (`pin_prefetched`), so the revision is part of config.json and its hash; the job checks,
+before anything else, that every pinned repository is in its cache (`require_cached`) and fails at
+once naming the model or dataset and the prefetch rule.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def prefetch(name: str, kind: str, revision: str | None = None, cache_dir: str |
     if Path(name).exists():
         return {"kind": kind, "name": name, "content_hash": content_hash(name), "path": str(Path(name).resolve())}
     info = fetch_repo(name, kind, revision, cache_dir)
+    if revision is not None and info["revision"] != revision:
+        raise PrefetchError(f"{kind} {name}: the hub resolved commit {info['revision']}, config.yaml pins {revision} "
+                            f"(pin a full commit hash; to pin the hub's new one, delete that `revision:` and run `python -m trainer pin`)")
     if kind == "dataset":
         prepare_dataset(name, info["revision"], config_names)
         if config_names:
@@ -104,19 +111,43 @@ def needs_model_prefetch(model: str) -> bool:
     return model != "tiny"
 
 
+def pinned_revision(specs: list[dict[str, Any]], repo_id: str, where: str) -> str | None:
+    """The one revision that the sources reading hub dataset `repo_id` pin (None: unpinned)."""
+    found = {s.get("revision") for s in specs if s.get("path") == repo_id}
+    if len(found) > 1:
+        raise ValueError(f"{where}: dataset {repo_id} is pinned to several revisions {sorted(map(str, found))}; "
+                         f"give every source of it the same `revision`")
+    return next(iter(found), None)
+
+
+def revision_arg(revision: str | None) -> str:
+    """The prefetch command's ` --revision COMMIT` (a leading space) of a pinned commit (empty: unpinned)."""
+    return f" --revision {revision}" if revision else ""
+
+
+def check_pin(pinned: str | None, doc: dict[str, Any], run: str) -> None:
+    """A prefetch JSON of another commit than the config pins (fetched before the pin): fetch again."""
+    if pinned is not None and "revision" in doc and doc["revision"] != pinned:
+        raise PrefetchError(f"run {run}: {doc['kind']} {doc['name']}: config.yaml pins {pinned}, the prefetch JSON "
+                            f"holds {doc['revision']}; run the prefetch rule again (delete results/prefetch/ of it)")
+
+
 def pin_prefetched(run_config: dict[str, Any], prefetched: list[dict[str, Any]]) -> dict[str, Any]:
     """The run config with the prefetched revisions and content hashes in its hashed sections
-    (model, task_params): a new revision is a new config hash."""
+    (model, task_params): a new revision is a new config hash; a revision config.yaml pins must be the one
+    prefetched (so the hash of a pinned config is the config's alone)."""
     cfg = {**run_config, "model": dict(run_config["model"]),
            "task_params": {**run_config["task_params"], "train": dict(run_config["task_params"].get("train") or {}),
                            "eval": [dict(s) for s in run_config["task_params"].get("eval") or []]}}
     for doc in prefetched:
         pin = {k: doc[k] for k in ("revision", "content_hash") if k in doc}
         if doc["kind"] == "model" and doc["name"] == cfg["model"]["name"]:
+            check_pin(cfg["model"].get("revision"), doc, cfg["run"])
             cfg["model"].update(pin)
         elif doc["kind"] == "dataset":
             for spec in hf_dataset_specs(cfg["task_params"]):
                 if spec.get("path") == doc["name"]:
+                    check_pin(spec.get("revision"), doc, cfg["run"])
                     spec.update(pin)
     return cfg
 
