@@ -1,9 +1,10 @@
 """One squeue call per poll interval for every launcher of a sweep (issue 19, must-show 6, without a
-cluster: a fake squeue on PATH that logs its calls), and a launcher that imports neither torch nor
+cluster: a fake squeue on PATH that logs its calls), of the submitting user's jobs only (issue 40), and a launcher that imports neither torch nor
 pandas. The 100-launcher measurement on the real cluster is benchmarks/bench_launchers.py."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 FAKE_SQUEUE = """#!/bin/sh
-echo call >> {log}
+echo "$@" >> {log}
 sleep 0.2
 printf '11|PENDING|run-a@x\\n12|RUNNING|run-b@y\\n'
 """
@@ -34,9 +35,10 @@ def test_launchers_share_one_squeue_call_per_interval(tmp_path: Path) -> None:
                                   stdout=subprocess.PIPE, text=True) for job in ("11", "12", "13") * 4]
     outs = [p.communicate(timeout=60)[0].strip() for p in launchers]
     assert outs[:3] == ["['PENDING']", "['RUNNING']", "['None']"]  # 13: not listed
-    calls = len(log.read_text().splitlines())
+    calls = log.read_text().splitlines()
     # 12 launchers polling every 0.1 s for ~4 s against a 1 s snapshot: ~4-6 calls, never one each a poll
-    assert 3 <= calls <= 8, calls
+    assert 3 <= len(calls) <= 8, calls
+    assert all(f" -u {getpass.getuser()} " in f" {c} " for c in calls), f"squeue of every user's jobs: {calls}"
 
 
 def test_the_launcher_imports_neither_torch_nor_pandas() -> None:
