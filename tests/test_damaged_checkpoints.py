@@ -149,7 +149,7 @@ def test_a_job_without_room_for_its_next_checkpoint_fails_at_once_naming_the_pat
     shape = json.loads(next((ckpt / rundir.POLICIES_DIR).rglob("adapter_config.json")).read_text())  # the adapter's
     model_config = json.loads((Path(cfg["base_model"]["path"]) / "config.json").read_text())
     needed = checkpoint_bytes(cfg, model_config)
-    assert shape["r"] == cfg["training"]["lora"]["r"] and 0.5 * trained < needed <= trained, (needed, trained)
+    assert shape["r"] == cfg["training"]["lora"]["r"] and 0.9 * trained < needed <= trained, (needed, trained)
     usage = shutil.disk_usage(run_dir)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=needed - 1))
     with pytest.raises(NoRoomError, match=rf"{run_dir / rundir.WORK_DIR} has 0.00 GiB free, but its next checkpoint "

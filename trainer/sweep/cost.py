@@ -82,6 +82,15 @@ def eval_episodes(run_config: dict[str, Any]) -> int:
     return k * sum(split_problems(spec, t)[0] for spec in run_config["task_params"]["eval"])
 
 
+def eval_chunk_episodes(run_config: dict[str, Any]) -> int:
+    """Episodes of one eval's largest chunk (training.eval_chunk_problems problems of a split, times k): the
+    work a requeued job cannot resume inside (trainer/rl/evaluation.py saves each finished chunk)."""
+    t = run_config["training"]
+    k = t.get("eval_samples", default_of(TrainingSettings, "eval_samples"))
+    chunk = t.get("eval_chunk_problems", default_of(TrainingSettings, "eval_chunk_problems"))
+    return k * max(min(split_problems(spec, t)[0], chunk) for spec in run_config["task_params"]["eval"])
+
+
 def assumed_splits(run_config: dict[str, Any]) -> list[str]:
     """The eval splits of a run whose problems the plan assumes (ASSUMED_EVAL_PROBLEMS), by name."""
     t = run_config["training"]

@@ -1,7 +1,8 @@
 """What a run writes to disk, before it runs: one checkpoint, the most its checkpoints hold at once, its logs.
 
 A checkpoint holds, per policy, the trained parameters (the LoRA adapter, or the whole model under
-`finetune: full`) in float32 and AdamW's two float32 moments of each. A run keeps `keep_last`
+`finetune: full`) in float32 twice (the policy's save_pretrained files, and state.pt's copy, which a
+resume loads bit for bit) and AdamW's two float32 moments of each. A run keeps `keep_last`
 checkpoints, writes the next one before it removes the oldest, and keeps the peak's policies beside
 them (no optimizer state): its peak disk use. Logs: the samples kept per eval (their text, ~4 bytes a
 token) and a few KiB of metrics per step and role.
@@ -15,8 +16,8 @@ from typing import Any
 from trainer.sweep.cost import STUDY_MODELS, eval_count, parameter_count
 from trainer.workflows import workflow_class
 
-PARAM_BYTES = 4          # trained parameters in float32
-ADAM_STATE_BYTES = 8     # AdamW's exp_avg and exp_avg_sq, float32 each
+PARAM_BYTES = 4          # trained parameters in float32 (the policy's files; the peak keeps only these)
+STATE_BYTES = 4 + 8      # state.pt: the parameters again, and AdamW's exp_avg and exp_avg_sq, float32 each
 TEXT_BYTES_PER_TOKEN = 4
 METRIC_BYTES_PER_STEP_ROLE = 4096
 # a Qwen3-style layer's linear maps (in, out) in units of hidden, heads x head_dim, KV heads x head_dim, MLP size
@@ -57,12 +58,12 @@ def trained_parameters(run_config: dict[str, Any], shape: dict[str, Any]) -> int
 
 
 def checkpoint_bytes(run_config: dict[str, Any], shape: dict[str, Any] | None = None) -> int:
-    """Bytes of one checkpoint of the run: every policy's trained parameters and their AdamW state.
+    """Bytes of one checkpoint of the run: every policy's trained parameters, state.pt's copy and their AdamW state.
 
     `shape` defaults to the run's model's (`model` of a resolved run config: the tiny spec, or a study
     model's published shape); a ValueError names the run and the model when its shape is unknown."""
     shape = shape or _shape_of(run_config)
-    return policy_count(run_config) * trained_parameters(run_config, shape) * (PARAM_BYTES + ADAM_STATE_BYTES)
+    return policy_count(run_config) * trained_parameters(run_config, shape) * (PARAM_BYTES + STATE_BYTES)
 
 
 def _shape_of(run_config: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +83,7 @@ def run_disk(run_config: dict[str, Any], scale: dict[str, Any]) -> dict[str, flo
     if shape is None:
         return {"checkpoint_gb": math.nan, "disk_peak_gb": math.nan, "log_gb": math.nan}
     one = checkpoint_bytes(run_config, shape)
-    peak_policies = one * PARAM_BYTES / (PARAM_BYTES + ADAM_STATE_BYTES)
+    peak_policies = one * PARAM_BYTES / (PARAM_BYTES + STATE_BYTES)
     cls = workflow_class(run_config["workflow"], run_config["workflow_params"])
     turns = cls.max_turns(run_config["workflow_params"])
     samples = eval_count(t) * t["samples_per_eval"] * turns * t["max_completion_length"] * TEXT_BYTES_PER_TOKEN

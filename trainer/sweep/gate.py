@@ -1,16 +1,17 @@
-"""The plan as a gate: runs whose one eval cannot fit one job are refused before they are submitted.
+"""The plan as a gate: runs whose eval chunk cannot fit one job are refused before they are submitted.
 
-A requeued job abandons the eval it was in and its resume starts that eval again, so a run whose one eval
-outlasts its job (`resources.time_min`) never gets past it. How hard the gate is follows how much the
-prediction is worth:
+A requeued job resumes its eval at the first unfinished chunk (training.eval_chunk_problems problems of a
+split; trainer/rl/evaluation.py), and abandons the chunk it was in: a run whose one eval chunk outlasts
+its job (`resources.time_min`) never gets past it, whereas a whole eval may span several jobs (the run's
+requeues are checked as a whole). How hard the gate is follows how much the prediction is worth:
 
 - REFUSE where even a lower bound does not fit: the device's peak rates (DEVICE_PEAKS), memory bandwidth
   for decoding (every generated token reads the KV cache of the tokens before it, and each decode step of
   a chunk reads the weights once) and FLOP/s for the arithmetic and the update. With the HF backend every
   row of a chunk runs every decode step of its longest row, so a row is taken to decode
   max_completion_length tokens (a vLLM row stops at its end: without measured lengths its bound only warns).
-- REFUSE where a rate measured for the device (benchmarks/measured/) does not fit one eval in one job,
-  or the run in its requeues.
+- REFUSE where a rate measured for the device (benchmarks/measured/) does not fit one eval chunk in one
+  job, or the run in its requeues.
 - WARN where only the stated estimate (trainer/sweep/cost.py) says so: measure the device.
 
 `check_matrix` runs at DAG build (rules/common.smk: `snakemake --profile slurm` and `-n`); the top-level
@@ -23,8 +24,8 @@ import sys
 from typing import Any
 
 from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config, world_size_of
-from trainer.sweep.cost import (ASSUMED_STARTUP_S, eval_count, eval_episodes, parameter_count,
-                                predict_run, rate_for, split_problems)
+from trainer.sweep.cost import (ASSUMED_STARTUP_S, eval_chunk_episodes, eval_count, eval_episodes,
+                                parameter_count, predict_run, rate_for, split_problems)
 from trainer.sweep.disk import model_shape
 from trainer.sweep.measured import cpu_name, load_rates
 from trainer.workflows import workflow_class
@@ -40,7 +41,8 @@ DEVICE_PEAKS = {
     "cpu": {"flops": 1.6e11, "bandwidth": 1e11, "memory": 24e9},
 }
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-FIX = ("evaluate fewer problems (training.eval_problems, or the split's eval_problems), give the job more GPUs "
+FIX = ("evaluate fewer problems at a time (training.eval_chunk_problems) or in all (training.eval_problems, or "
+       "the split's eval_problems), give the job more GPUs "
        "(resources.gpus) or time (resources.time_min), or use the vLLM backend (training.generation_backend: vllm)")
 MEASURE = ("measure it on the device: `python -m trainer plan --measure` there, or the device check "
            "(benchmarks/device_check.sh)")
@@ -123,30 +125,32 @@ def verdict(run: str, predicted: dict[str, float], bounds: dict[str, Any], sourc
             run_config: dict[str, Any], device: str, startup_s: float = ASSUMED_STARTUP_S) -> tuple[str, str]:
     """("ok" | "warn" | "refuse", why): see the module docstring. The reason names the run, the eval and the fix."""
     job_s = run_config["resources"]["time_min"] * 60
-    episodes = eval_episodes(run_config)
-    what = f"run {run}: one eval ({eval_description(run_config)} = {episodes} episodes)"
+    episodes, chunk = eval_episodes(run_config), eval_chunk_episodes(run_config)
+    share = chunk / max(1, episodes)  # of one eval's seconds, its largest chunk's
+    what = (f"run {run}: one eval ({eval_description(run_config)} = {episodes} episodes) in chunks of "
+            f"at most {chunk} episodes, one of which")
     limit = f"its job's resources.time_min ({job_s / 3600:.1f} h)"
-    if bounds["bound_firm"] and bounds["eval_bound_s"] > job_s:
-        return "refuse", (f"{what} needs at least {bounds['eval_bound_s'] / 3600:.1f} h even at {device}'s peak "
-                          f"rates, over {limit}: {FIX}; {OVERRIDE}")
+    if bounds["bound_firm"] and share * bounds["eval_bound_s"] > job_s:
+        return "refuse", (f"{what} needs at least {share * bounds['eval_bound_s'] / 3600:.1f} h even at {device}'s "
+                          f"peak rates, over {limit}: {FIX}; {OVERRIDE}")
     if not predicted:
         return "ok", ""
     # an estimate below the lower bound is impossible: the bound stands in for it
     eval_one_s = max(predicted["eval_s"] / max(1, eval_count(run_config["training"])), bounds["eval_bound_s"])
     measured = source.startswith("measured")
-    if measured and startup_s + eval_one_s > job_s:
-        return "refuse", (f"{what} takes {eval_one_s / 3600:.1f} h at the rate measured on {device}, over "
+    if measured and startup_s + share * eval_one_s > job_s:
+        return "refuse", (f"{what} takes {share * eval_one_s / 3600:.1f} h at the rate measured on {device}, over "
                           f"{limit}: {FIX}; {OVERRIDE}")
     if measured and not predicted["fits"]:
         return "refuse", (f"run {run}: {predicted['run_s'] / 3600:.1f} h at the rate measured on {device} does not "
                           f"finish within time_min x (1 + launcher.max_num_timeout) "
                           f"({predicted['time_limit_s'] / 3600:.1f} h): {FIX}; {OVERRIDE}")
-    if not bounds["bound_firm"] and bounds["eval_bound_s"] > job_s:
+    if not bounds["bound_firm"] and share * bounds["eval_bound_s"] > job_s:
         return "warn", (f"{what} may outlast {limit} (vLLM rows at max_completion_length: "
-                        f"{bounds['eval_bound_s'] / 3600:.1f} h at {device}'s peak); {MEASURE}; or {FIX}")
-    if startup_s + eval_one_s > job_s:
-        return "warn", (f"{what} may outlast {limit} ({eval_one_s / 3600:.1f} h by the ESTIMATE); {MEASURE}; "
-                        f"or {FIX}")
+                        f"{share * bounds['eval_bound_s'] / 3600:.1f} h at {device}'s peak); {MEASURE}; or {FIX}")
+    if startup_s + share * eval_one_s > job_s:
+        return "warn", (f"{what} may outlast {limit} ({share * eval_one_s / 3600:.1f} h by the ESTIMATE); "
+                        f"{MEASURE}; or {FIX}")
     if not predicted["fits"]:
         return "warn", (f"run {run} may not finish within its requeues ({predicted['run_s'] / 3600:.1f} h by the "
                         f"ESTIMATE, limit {predicted['time_limit_s'] / 3600:.1f} h); {MEASURE}; or {FIX}")
@@ -172,8 +176,10 @@ def assess(run: str, run_config: dict[str, Any], scale: dict[str, Any], rates: l
     eval_one_s = predicted.get("eval_s", float("nan")) / evals
     if bounds["eval_bound_s"] > eval_one_s:  # an estimate below the lower bound: the bound stands in for it
         eval_one_s = bounds["eval_bound_s"]
+    share = eval_chunk_episodes(run_config) / max(1, eval_episodes(run_config))
     return {**predicted, "memory_gib": memory_gib, "source": source, "eval_one_s": eval_one_s,
-            "eval_bound_s": bounds["eval_bound_s"], "step_bound_s": bounds["step_bound_s"],
+            "eval_bound_s": bounds["eval_bound_s"], "eval_chunk_s": share * eval_one_s,
+            "eval_chunk_bound_s": share * bounds["eval_bound_s"], "step_bound_s": bounds["step_bound_s"],
             "time_min": run_config["resources"]["time_min"], "gate": gate, "gate_reason": why}
 
 
