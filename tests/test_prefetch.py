@@ -199,3 +199,21 @@ def test_prefetch_refuses_a_hub_commit_other_than_the_pinned_one(tmp_path: Path,
     specs = [{"path": "x/y", "revision": COMMIT_A}, {"path": "x/y", "revision": COMMIT_B}]
     with pytest.raises(ValueError, match="tasks: dataset x/y is pinned to several revisions"):
         pinned_revision(specs, "x/y", "tasks")
+
+
+def test_pin_takes_the_hub_commit_of_a_source_not_prefetched(tmp_path: Path, monkeypatch) -> None:
+    """No prefetch JSON of a source: `trainer pin` asks the hub (faked) for its commit; a hub that cannot answer
+    fails naming the source and leaves the config as it was."""
+    from trainer.sweep import pins
+
+    a = checkout(tmp_path / "a", "/cache-a", {("model", "Qwen/Qwen3-0.6B"): "1" * 40})
+    before = (a / "config.yaml").read_text()
+    monkeypatch.setattr(pins, "hub_commit", lambda kind, name: (_ for _ in ()).throw(
+        PrefetchError(f"{kind} {name}: its commit could not be resolved on the hub")))
+    assert main(["pin", "--config", str(a / "config.yaml"), "--prefetched", str(a / "results/prefetch")]) == 1
+    assert (a / "config.yaml").read_text() == before
+    monkeypatch.setattr(pins, "hub_commit", lambda kind, name: HUB_SOURCES[(kind, name)])
+    written = pins.pin_config(a / "config.yaml", a / "results/prefetch")
+    assert written["scales.qwen3-0.6b (model Qwen/Qwen3-0.6B)"] == "1" * 40 and len(written) == len(HUB_SOURCES)
+    config = load_config(a / "config.yaml", ROOT / "rules/config.schema.yaml")
+    assert {(s["kind"], s["name"]): s["revision"] for s in hub_sources(config)} == HUB_SOURCES
