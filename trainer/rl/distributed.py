@@ -1,5 +1,5 @@
-"""Data-parallel training over a job's processes: one process per GPU (NCCL), or `resources.processes`
-processes on CPU (gloo).
+"""Data-parallel training over a job's processes: one process per GPU (NCCL for CUDA tensors, gloo for
+CPU ones: `backend_for`), or `resources.processes` processes on CPU (gloo).
 
 Processes are submitit tasks (`tasks_per_node`, see trainer/sweep/launch.py), not torchrun inside
 the job: submitit already owns each task's life (its signal handler checkpoints and requeues the job
@@ -189,7 +189,8 @@ def job_ranks() -> Ranks:
 
 @contextlib.contextmanager
 def process_group(resources: dict[str, Any], run: str, timeout_min: float = 30) -> Iterator[Ranks]:
-    """The run's process group for a `with` block: NCCL over GPUs, gloo on CPU; none for one process.
+    """The run's process group for a `with` block: NCCL over GPUs (gloo for CPU tensors, `backend_for`),
+    gloo on CPU; none for one process.
 
     Fails at once, naming the keys, when the job's tasks are not the run's `world_size_of`.
     """
@@ -203,9 +204,10 @@ def process_group(resources: dict[str, Any], run: str, timeout_min: float = 30) 
     from submitit.helpers import TorchDistributedEnvironment
 
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(ranks.local_rank)
+    cuda = torch.cuda.is_available()
+    backend = backend_for(cuda)
+    if cuda:
+        torch.cuda.set_device(device_index(ranks))
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_min))
     print(f"[{run}] rank {ranks.rank} of {ranks.world_size} ({backend}, {os.environ['MASTER_ADDR']}:"
           f"{os.environ['MASTER_PORT']})", file=sys.stderr, flush=True)
@@ -215,6 +217,30 @@ def process_group(resources: dict[str, Any], run: str, timeout_min: float = 30) 
         dist.destroy_process_group()
 
 
+def backend_for(cuda: bool) -> str:
+    """The default group's backend: on GPUs, NCCL for CUDA tensors and gloo for CPU tensors; gloo on CPU.
+
+    NCCL serves CUDA tensors only ("No backend type associated with device type cpu"), and some of
+    what the ranks exchange lives on the CPU: `sum_floats`' float64 sums (hence `all_true`,
+    `any_true`, `reduce_role_stats`, the update's batch totals) and the pickled episodes of
+    `all_gather`. Rather than moving each of those to the GPU (and every future one), the group gets
+    one backend per device type: init_process_group's documented "<device_type>:<backend>,..." form
+    (its docstring still calls several backends experimental), which sends each collective to the
+    backend of its tensors' device. It is the pair PyTorch itself builds when no backend is named, and
+    the one accelerate uses for FSDP with CPU offload; the vLLM engines (external_launcher) join it. Object
+    collectives and `barrier` then go through gloo (PyTorch picks the CPU when the group has it),
+    with no guess of which GPU a rank owns. tests/collective_checker.py fails any collective whose
+    tensor is on a device type the configured backend cannot serve (only a GPU run shows NCCL itself).
+    """
+    return "cuda:nccl,cpu:gloo" if cuda else "gloo"
+
+
+def device_index(ranks: Ranks) -> int:
+    """The index of this rank's GPU among those the process sees: its local rank where a task sees
+    all of the node's GPUs, 0 where SLURM gives each task its own (--gpus-per-task, one visible device)."""
+    return ranks.local_rank % max(torch.cuda.device_count(), 1)
+
+
 def device_of(ranks: Ranks) -> str:
-    """This rank's device: its GPU (by local rank), or the CPU."""
-    return f"cuda:{ranks.local_rank}" if torch.cuda.is_available() else "cpu"
+    """This rank's device: its GPU (`device_index`), or the CPU."""
+    return f"cuda:{device_index(ranks)}" if torch.cuda.is_available() else "cpu"
