@@ -74,8 +74,8 @@ def test_tensor_parallel_size_above_the_jobs_gpus_is_a_named_error(monkeypatch):
     with pytest.raises(ConfigError, match=r"training\.vllm\.tensor_parallel_size: 4 is above the job's GPUs "
                                           r"\(resources\.gpus: 2\)"):
         preflight.check_run(rc)
-    rc = run_config({"generation_backend": "vllm", "vllm": {"tensor_parallel_size": 2}}, {"gpus": 2})
-    assert preflight.run_problems(rc) == []
+    rc = run_config({"generation_backend": "vllm", "vllm": {"tensor_parallel_size": 1}}, {"gpus": 2})
+    assert preflight.run_problems(rc) == []  # within the GPUs, and one engine per rank (TP > 1: test_gpu_vllm_rules)
 
 
 def test_check_matrix_lists_every_run_that_cannot_start(no_vllm):

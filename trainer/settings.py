@@ -68,8 +68,10 @@ class VllmSettings:
     gpu_memory_utilization: float = setting(0.3, "Share of the GPU's memory the engine takes (weights + KV cache).")
     max_model_len: int | None = setting(None, "Longest sequence served (None: the run's prompt + completion lengths).")
     enforce_eager: bool = setting(False, "No CUDA graphs (faster start-up, slower decoding).")
-    enable_sleep_mode: bool = setting(False, "Offload the engine's weights and KV cache during the update (CUDA only).")
-    tensor_parallel_size: int = setting(1, "GPUs the engine is sharded over (at most resources.gpus).")
+    enable_sleep_mode: bool = setting(False, "Sleep the engine through each update (level 1: weights to CPU memory, "
+                                             "KV cache dropped; woken before the sync; CUDA only).")
+    tensor_parallel_size: int = setting(1, "GPUs one engine is sharded over; preflight accepts 1 only (one engine "
+                                           "per rank; tensor-parallel subgroups do not exist yet).")
     max_lora_rank: int | None = setting(None, "Highest adapter rank served (None: lora.r rounded up to a vLLM rank).")
 
 

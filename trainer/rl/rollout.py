@@ -15,6 +15,7 @@ import torch
 from trainer.sweep import memory
 from trainer.sweep.config import ConfigError
 from trainer.rl.chat import chat_prompt  # noqa: F401  (re-exported: base_model and tests import it here)
+from trainer.rl.chat import stop_token_ids
 from trainer.rl.policies import PolicySet
 from trainer.workflows import Completion
 
@@ -28,8 +29,14 @@ class GenerationBackend(Protocol):
 
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]: ...
 
+    def before_update(self) -> None:
+        """Called after the step's rollouts, before the optimizer steps (vllm: the engine may sleep)."""
+
     def after_update(self, step: int) -> None:
         """Called after every optimizer step: bring the updated weights to the engine (and verify them)."""
+
+    def close(self) -> None:
+        """Called once training ends or fails: release what the backend holds outside the process (files)."""
 
 
 # training.generation_memory_gb: null -> these defaults (GiB of KV cache one generate call may hold)
@@ -47,8 +54,16 @@ def generation_budget_bytes(memory_gb: float | None, device: str | torch.device)
     if memory_gb is not None:
         return int(memory_gb * 2**30)
     if torch.device(device).type == "cuda":
-        return int(CUDA_FREE_FRACTION * torch.cuda.mem_get_info(torch.device(device))[0])
+        return int(CUDA_FREE_FRACTION * cuda_free_bytes(torch.device(device)))
     return int(CPU_DEFAULT_GB * 2**30)
+
+
+def cuda_free_bytes(device: torch.device) -> int:
+    """What this process can still allocate on `device`: the driver's free memory plus what PyTorch's
+    caching allocator holds reserved but unallocated (after the update, the cache keeps its
+    activations' blocks: `mem_get_info` counts them as used, yet `generate` reuses them)."""
+    free = torch.cuda.mem_get_info(device)[0]
+    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
 def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, budget: int,
@@ -122,6 +137,7 @@ class HFGenerator:
         self.calls = 0
         self.chunks = 0
         self.generated_tokens = 0
+        self.stop_ids = stop_token_ids(tokenizer, policies.model(next(iter(policies.policies))))
 
     @torch.no_grad()
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]:
@@ -141,8 +157,14 @@ class HFGenerator:
                 results[i] = completion
         return results  # type: ignore[return-value]
 
+    def before_update(self) -> None:
+        """Nothing to free: this backend generates with the trainer's own modules."""
+
     def after_update(self, step: int) -> None:
         """Nothing to sync: this backend generates with the trainer's own modules."""
+
+    def close(self) -> None:
+        """Nothing held outside the process."""
 
     def _generate(self, model: Any, prompt_ids: list[list[int]]) -> list[Completion]:
         """One Hugging Face `generate` over already tokenized prompts (left padded)."""
@@ -151,15 +173,16 @@ class HFGenerator:
             if self.temperature > 0 else {"do_sample": False}
         out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                              max_new_tokens=self.max_new_tokens, use_cache=True,
-                             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
+                             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=list(self.stop_ids),
                              past_key_values=shared_prompt_cache(model, enc["input_ids"], enc["attention_mask"]),
                              **sampling)
         prompt_len = enc["input_ids"].shape[1]
         results = []
         for prompt, gen in zip(prompt_ids, out[:, prompt_len:]):
             ids = gen.tolist()
-            if self.tokenizer.eos_token_id in ids:  # keep the eos: the policy is trained to stop
-                ids = ids[:ids.index(self.tokenizer.eos_token_id) + 1]
+            end = next((k for k, t in enumerate(ids) if t in self.stop_ids), None)
+            if end is not None:  # keep the stop token: the policy is trained to stop
+                ids = ids[:end + 1]
             self.generated_tokens += len(ids)
             results.append(Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True),
                                       prompt_ids=list(prompt), completion_ids=ids))
@@ -167,14 +190,15 @@ class HFGenerator:
 
 
 def _vllm_generator(policies: PolicySet, tokenizer: Any, *, training: dict[str, Any], seed: int,
-                    **kwargs: Any) -> GenerationBackend:
+                    ranks: Any = None, revision: str | None = None, **kwargs: Any) -> GenerationBackend:
     """The colocated vLLM engine's generator (trainer.rl.vllm_engine; preflight checked that vllm imports)."""
     from trainer.rl.vllm_engine import VLLMGenerator
 
     model = policies.model(next(iter(policies.policies)))
     # null max_model_len: room for prompts that quote several completions (an aggregator's), within the model's
     max_len = min(8 * kwargs["max_new_tokens"] + 1024, model.config.max_position_embeddings)
-    return VLLMGenerator(policies, tokenizer, training=training, seed=seed, max_model_len=max_len, **kwargs)
+    return VLLMGenerator(policies, tokenizer, training=training, seed=seed, max_model_len=max_len, ranks=ranks,
+                         revision=revision, **kwargs)
 
 
 # training.generation_backend -> constructor (the config schema lists the same names)
@@ -182,11 +206,13 @@ _BACKENDS = {"hf": HFGenerator, "vllm": _vllm_generator}
 
 
 def make_generator(backend: str, policies: PolicySet, tokenizer: Any, training: dict[str, Any] | None = None,
-                   seed: int = 0, **kwargs: Any) -> GenerationBackend:
+                   seed: int = 0, ranks: Any = None, revision: str | None = None, **kwargs: Any) -> GenerationBackend:
     """The rollout backend named by `training.generation_backend` (HFGenerator's arguments; the vllm
-    backend also reads `training` (its engine knobs) and the run's `seed`)."""
+    backend also reads `training` (its engine knobs), the run's `seed`, this process's `ranks`
+    (distributed.Ranks: one engine per rank) and the base model's pinned `revision`)."""
     if backend not in _BACKENDS:
         raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(_BACKENDS)})")
     if backend == "vllm":
-        return _vllm_generator(policies, tokenizer, training=training or {}, seed=seed, **kwargs)
+        return _vllm_generator(policies, tokenizer, training=training or {}, seed=seed, ranks=ranks,
+                               revision=revision, **kwargs)
     return HFGenerator(policies, tokenizer, **kwargs)

@@ -84,7 +84,8 @@ class Trainer:
         self.recorders = self.updater.recorders
         common = dict(max_new_tokens=t.max_completion_length, top_p=t.top_p, enable_thinking=t.enable_thinking,
                       device=self.device, generation_memory_gb=t.generation_memory_gb,
-                      training=self.cfg["training"], seed=self.settings.seed)  # the vllm engine's knobs and seed
+                      training=self.cfg["training"], seed=self.settings.seed,  # the vllm engine's knobs and seed,
+                      ranks=self.ranks, revision=self.settings.model.revision)  # its rank, the model's pinned commit
         self.generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
                                                           temperature=t.temperature, **common))
         self.eval_generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
@@ -172,6 +173,7 @@ class Trainer:
         # training-inference mismatch per role, before the update (vllm only: HF logps are the trainer's)
         mismatch = logp_mismatch(self.policies, turns, self.t.temperature, self.ranks) \
             if self.t.generation_backend == "vllm" else {}
+        self.generate.before_update()  # vllm enable_sleep_mode: the engine sleeps through the update
         for policy in self.policies:
             stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
             lr = policy.scheduler.get_last_lr()[0]
@@ -238,6 +240,8 @@ class Trainer:
         max_steps, t_start = self.t.max_steps, time.time()
         self.generate.stop = self.eval_generate.stop = stop
         start = completed = self.resume()
+        if start > 0:  # vllm: the engine was built serving the starting weights; it serves the resumed ones
+            self.generate.after_update(start)
         self.tracker.resume_at(start)  # the steps after the checkpoint are computed again (tracking.py)
         self.write_progress(start, "started")
         try:
@@ -273,7 +277,14 @@ class Trainer:
         except StopRequested:  # DDP: raised on the signalled rank; its peers end with the job
             self.save_on_stop(completed)
             return None
+        finally:
+            self.close()  # ended, stopped or failed: the rollout backend's files go (vllm: its adapters)
         return self.publish(max_steps, time.time() - t_start)
+
+    def close(self) -> None:
+        """Release what the rollout backends hold outside the process (the vllm engine's adapter files)."""
+        for generator in (self.generate, self.eval_generate):
+            generator.close()
 
     def log_step(self, step: int, start: int, t_start: float, t0: float, tokens_before: int, chunks_before: int) -> None:
         """The progress line of a finished step."""

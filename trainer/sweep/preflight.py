@@ -89,7 +89,18 @@ def run_problems(run_config: dict[str, Any]) -> list[str]:
     if t.vllm.tensor_parallel_size > max(gpus, 1):
         problems.append(f"training.vllm.tensor_parallel_size: {t.vllm.tensor_parallel_size} is above the job's "
                         f"GPUs (resources.gpus: {gpus})")
+    problems += tensor_parallel_problems(t.vllm.tensor_parallel_size)
     return problems
+
+
+def tensor_parallel_problems(tensor_parallel_size: int) -> list[str]:
+    """An engine sharded over GPUs, which trainer/rl/vllm_engine.py cannot start yet: each data-parallel
+    rank runs an engine of its own on its one GPU (external_launcher), and an engine over several ranks
+    needs tensor-parallel subgroups (TRL's colocate mode makes them) that the trainer does not create."""
+    if tensor_parallel_size > 1:
+        return [f"training.vllm.tensor_parallel_size: {tensor_parallel_size} is not supported yet (one engine per "
+                "rank, on its own GPU; engines sharded over ranks need tensor-parallel subgroups): use 1"]
+    return []
 
 
 def check_run(run_config: dict[str, Any]) -> None:

@@ -1,0 +1,367 @@
+"""The GPU path's rules, checked on CPU: the vLLM engine and the smaller defects (issue 35, defects 2 and 6).
+
+No test here needs a GPU or vLLM: CUDA is faked where a rule depends on it (tests/collective_checker.py),
+and vLLM is a recording stand-in (tests/fake_vllm.py) where the trainer's side of its contract is checked
+(the arguments and environment of each rank's engine, the order of sleep, wake-up, sync and generation).
+What only a GPU shows (vLLM's external_launcher and sleep mode on a device, the real memory) is said in
+docs/gpu.md; benchmarks/device_check.sh runs what the GPU machine can.
+
+Defect 2 (vLLM with data-parallel ranks): test_llm_arguments_per_rank,
+    test_each_ranks_engine_is_built_on_its_gpu_then_all_wait, test_preflight_refuses_tensor_parallel_engines.
+Defect 6: test_the_engine_loads_the_trainers_pinned_revision, test_sleep_mode_*,
+    test_hf_kv_budget_counts_what_the_torch_cache_holds, test_shared_prompt_cache_keeps_the_last_logits_only,
+    test_hf_and_vllm_stop_at_the_same_tokens, test_a_checkpoint_written_on_a_gpu_resumes_anywhere,
+    test_adapters_are_written_to_a_job_temp_dir_and_removed, test_fit_closes_the_backends_when_training_fails.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests import fake_vllm
+from tests.collective_checker import fake_gpus
+from trainer.rl.distributed import Ranks
+
+RUN = "voting-math-qwen3-0.6b-isolated-s0"  # two policies (generator, aggregator)
+
+
+# -- defect 2: one engine per rank, on its GPU ----------------------------------------------------
+
+LORA = {"enable_lora": True, "max_loras": 2, "max_lora_rank": 64}
+
+
+def test_llm_arguments_per_rank() -> None:
+    """Each rank's `LLM(...)`: external_launcher when several ranks (vLLM's default executor otherwise,
+    which takes local rank 0 and cuda:0), the environment it reads (LOCAL_RANK = the GPU the rank sees),
+    a seed per rank, the pinned revision."""
+    from trainer.rl.distributed import device_index
+    from trainer.rl.vllm_engine import engine_arguments, engine_environment
+
+    for world, gpus in ((1, 1), (2, 2), (4, 4), (4, 1), (2, 1)):
+        seeds = []
+        for rank in range(world):
+            ranks = Ranks(rank, world, rank)
+            with fake_gpus(gpus):
+                gpu = device_index(ranks)
+            args = engine_arguments(model="Qwen/Qwen3-1.7B", revision="0123abcd", dtype=torch.bfloat16, seed=7,
+                                    ranks=ranks, training={"vllm": {"gpu_memory_utilization": 0.25}},
+                                    max_model_len=6144, lora=LORA, cuda=True)
+            env = engine_environment(ranks, gpu)
+            assert args["revision"] == args["tokenizer_revision"] == "0123abcd"
+            assert args["model"] == args["tokenizer"] == "Qwen/Qwen3-1.7B"
+            assert args["tensor_parallel_size"] == 1 and args["gpu_memory_utilization"] == 0.25
+            assert args["max_model_len"] == 6144 and args["logprobs_mode"] == "processed_logprobs"
+            assert {k: args[k] for k in LORA} == LORA
+            assert "enable_chunked_prefill" not in args  # CPU only
+            if world == 1:
+                assert "distributed_executor_backend" not in args and env == {} and args["seed"] == 7
+            else:
+                assert args["distributed_executor_backend"] == "external_launcher"
+                assert env == {"RANK": str(rank), "LOCAL_RANK": str(rank % gpus), "WORLD_SIZE": str(world),
+                               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+            seeds.append(args["seed"])
+        assert seeds[0] == 7 and len(set(seeds)) == world  # rank 0 keeps the run's seed; each rank its own
+    cpu = engine_arguments(model="m", revision=None, dtype=torch.float32, seed=0, ranks=Ranks.single(),
+                           training={}, max_model_len=512, lora={}, cuda=False)
+    assert cpu["enable_chunked_prefill"] is False and cpu["revision"] is None
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A small random Qwen3 (small vocabulary, the Qwen special tokens) and its tokenizer."""
+    from tests.local_qwen3 import small_vocab_tokenizer
+    from trainer.models.base_model import build_tiny_model
+
+    tok = small_vocab_tokenizer()
+    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2}
+    return tok, lambda: build_tiny_model(arch, 0, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                                         pad_token_id=tok.pad_token_id)
+
+
+def policy_set(tiny, routing=None):
+    from trainer.rl.policies import PolicySet
+    from trainer.settings import TrainingSettings, from_dict
+
+    training = from_dict(TrainingSettings, {"finetune": "lora", "lora": {"r": 4, "lora_alpha": 8}, "max_steps": 1,
+                                            "learning_rate": 1e-3, "lr_scheduler_type": "constant"}, "training")
+    return PolicySet(tiny[1](), routing or {"generator": "generator", "aggregator": "aggregator"}, training)
+
+
+def test_each_ranks_engine_is_built_on_its_gpu_then_all_wait(tiny, monkeypatch, tmp_path) -> None:
+    """Rank 1 of 2 in a task that sees one GPU: its engine is built under external_launcher with RANK 1,
+    LOCAL_RANK 0 and WORLD_SIZE 2 in the environment, its own seed, and every rank waits after the engines."""
+    from trainer.rl.vllm_engine import VLLMEngine
+
+    llm = fake_vllm.install(monkeypatch)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    events: list[str] = []
+    monkeypatch.setattr(Ranks, "barrier", lambda self: events.append(f"barrier after {len(llm.instances)} engine"))
+    with fake_gpus(1):
+        VLLMEngine(policy_set(tiny), tiny[0], {"lora": {"r": 4}}, 256, seed=5, ranks=Ranks(1, 2, 1), revision="abc")
+    (engine,) = llm.instances
+    assert engine.env == {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert engine.kwargs["distributed_executor_backend"] == "external_launcher"
+    assert engine.kwargs["seed"] != 5 and engine.kwargs["revision"] == "abc"
+    assert events == ["barrier after 1 engine"]
+
+
+def test_preflight_refuses_tensor_parallel_engines(monkeypatch) -> None:
+    from tests.test_backend_preflight import run_config
+    from trainer.sweep import preflight
+    from trainer.sweep.config import ConfigError
+
+    monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
+    rc = run_config({"generation_backend": "vllm", "vllm": {"tensor_parallel_size": 2}}, {"gpus": 2})
+    with pytest.raises(ConfigError, match=r"training\.vllm\.tensor_parallel_size: 2 is not supported yet"):
+        preflight.check_run(rc)
+    assert preflight.run_problems(run_config({"generation_backend": "vllm"}, {"gpus": 2})) == []
+
+
+# -- defect 6: the smaller ones ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    from tests.local_qwen3 import save_random_qwen3, small_vocab_tokenizer
+
+    return save_random_qwen3(tmp_path_factory.mktemp("qwen3") / "model", small_vocab_tokenizer(), hidden_size=32)
+
+
+def make_trainer(model_dir: Path, run_dir: Path, revision: str | None = None, **training):
+    from tests.local_qwen3 import real_scale_config
+    from trainer.rl.train import Trainer
+
+    cfg = real_scale_config(model_dir, RUN, run_dir, training={"lora": {"r": 4, "lora_alpha": 8}, **training})
+    if revision:
+        cfg["model"]["revision"] = revision  # as the prefetch rule pins a hub id's commit
+    return Trainer(cfg, run_dir, log=lambda msg: None)
+
+
+def test_the_engine_loads_the_trainers_pinned_revision(model_dir, tmp_path, monkeypatch) -> None:
+    """The trainer reads its base model at `model.revision` (the commit the prefetch rule pinned: an offline
+    node may hold it and not `main`); the engine loads model and tokenizer at the same commit."""
+    import transformers
+
+    from trainer.sweep import preflight
+
+    llm = fake_vllm.install(monkeypatch)
+    monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    seen = []
+    real = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def from_pretrained(cls, *args, **kwargs):
+        seen.append(kwargs.get("revision"))
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(from_pretrained))
+    trainer = make_trainer(model_dir, tmp_path / "run", revision="0123abcd", generation_backend="vllm")
+    (engine,) = llm.instances  # one engine, shared by the train and eval generators
+    assert seen == ["0123abcd"]
+    assert engine.kwargs["revision"] == engine.kwargs["tokenizer_revision"] == "0123abcd"
+    assert engine.kwargs["model"] == str(model_dir)
+    trainer.close()
+
+
+def test_sleep_mode_sleeps_through_the_update_and_wakes_before_sync_and_generation(tiny, monkeypatch, tmp_path):
+    """enable_sleep_mode, as TRL's colocate mode: the engine sleeps (level 1: its weights offloaded, which
+    keeps the base weights that adapters-only syncs never reload) after the rollouts, and wakes before the
+    sync and before any generation; without it, neither is called."""
+    from trainer.rl.vllm_engine import VLLMGenerator
+
+    llm = fake_vllm.install(monkeypatch)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    for sleep_mode in (True, False):
+        llm.instances = []
+        gen = VLLMGenerator(policy_set(tiny), tiny[0], max_new_tokens=4, temperature=1.0, seed=0,
+                            training={"lora": {"r": 4}, "vllm": {"enable_sleep_mode": sleep_mode}})
+        (engine,) = llm.instances
+        engine.events.clear()
+        gen.generate_roles(["generator"], ["Calculate 1 + 2."])
+        gen.before_update()  # the trainer: after the rollouts, before the optimizer steps
+        gen.engine.sync(1)  # after_update's sync (then verify_sync, which generates)
+        gen.generate_roles(["aggregator"], ["Calculate 1 + 2."])
+        names = [e.split()[0] for e in engine.events]
+        if sleep_mode:
+            assert names == ["generate", "sleep", "wake_up", "remove_lora", "remove_lora", "reset_prefix_cache",
+                             "generate"], engine.events
+            assert "sleep 1" in engine.events
+        else:
+            assert "sleep" not in names and "wake_up" not in names
+        gen.close()
+
+
+def test_the_trainer_puts_the_engine_to_sleep_between_rollouts_and_update(model_dir, tmp_path, monkeypatch):
+    from trainer.rl import train
+    from trainer.rl.rollout import HFGenerator
+
+    order: list[str] = []
+    monkeypatch.setattr(HFGenerator, "before_update", lambda self: order.append("before_update"), raising=False)
+    trainer = make_trainer(model_dir, tmp_path / "run")
+    real_rollout, real_update = trainer.rollout, trainer.update
+    monkeypatch.setattr(trainer, "rollout", lambda step: (order.append("rollout"), real_rollout(step))[1])
+    monkeypatch.setattr(trainer, "update", lambda p, rows: (order.append("update"), real_update(p, rows))[1])
+    trainer.train_step(1)
+    assert order[:3] == ["rollout", "before_update", "update"] and order.count("before_update") == 1
+    assert train  # (imported for the module's monkeypatch targets)
+
+
+def test_a_resumed_run_syncs_the_engine_before_its_first_rollout(model_dir, tmp_path, monkeypatch) -> None:
+    """The engine is built (and verified at sync 0) with the starting weights, before the checkpoint loads:
+    a run resumed at step 2 syncs the resumed weights into it before step 3's rollouts."""
+    from trainer.rl import vllm_engine
+    from trainer.sweep import preflight
+
+    fake_vllm.install(monkeypatch)
+    monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    trainer = make_trainer(model_dir, tmp_path / "run", generation_backend="vllm", max_steps=4, eval_every=100)
+    engine = vllm_engine._ENGINES[trainer.policies]
+    assert engine.synced_step == 0
+    seen = []
+
+    def first_step(step):
+        seen.append((step, engine.synced_step))
+        raise KeyboardInterrupt  # the test ends the run here
+
+    monkeypatch.setattr(trainer, "resume", lambda: 2)  # as if step-000002 had loaded
+    monkeypatch.setattr(trainer, "train_step", first_step)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert seen == [(3, 2)]
+
+
+def test_hf_kv_budget_counts_what_the_torch_cache_holds(monkeypatch) -> None:
+    """After the update PyTorch's caching allocator keeps its blocks reserved: the driver counts them as used,
+    yet `generate` reuses them. The budget is half of free + reserved - allocated."""
+    from trainer.rl import rollout
+
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 30 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 6 * gib)
+    assert rollout.generation_budget_bytes(None, "cuda:0") == int(0.5 * (10 + 30 - 6) * gib)
+    assert rollout.generation_budget_bytes(1.5, "cuda:0") == int(1.5 * gib)  # a configured budget wins
+
+
+def test_shared_prompt_cache_keeps_the_last_logits_only(tiny) -> None:
+    """The shared prefill wants the cache: logits of the last position only (31a1845: prompt x vocabulary)."""
+    from trainer.rl.rollout import shared_prompt_cache
+
+    policies = policy_set(tiny, {"generator": "shared"})
+    model = policies.model("shared")
+    shapes = []
+    hook = model.get_base_model().register_forward_hook(lambda mod, args, out: shapes.append(tuple(out.logits.shape)))
+    try:
+        ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 8, 9], [4, 6, 7, 8, 9]])
+        cache = shared_prompt_cache(model, ids, torch.ones_like(ids))
+    finally:
+        hook.remove()
+    assert cache is not None and cache.get_seq_length() == 4
+    assert shapes == [(2, 1, len(tiny[0]))]
+
+
+def test_hf_and_vllm_stop_at_the_same_tokens(tiny, monkeypatch, tmp_path) -> None:
+    """Both backends stop at chat.stop_token_ids: the tokenizer's eos (<|im_end|>), <|endoftext|> and the
+    generation config's eos ids. A model that says <|endoftext|> first ends its completion there under HF
+    (31a1845: it stopped only at <|im_end|>), and vLLM is given the same ids."""
+    from trainer.rl.rollout import HFGenerator
+
+    tok = tiny[0]
+    vocab = tok.get_vocab()
+    im_end, eot = vocab["<|im_end|>"], vocab["<|endoftext|>"]
+    assert tok.eos_token_id == im_end
+    policies = policy_set(tiny, {"generator": "shared"})
+    model = policies.model("shared")
+    lm_head = model.get_base_model().lm_head
+
+    def says_endoftext(mod, args, out):
+        out = out.clone()
+        out[..., eot] += 1e4
+        return out
+
+    hook = lm_head.register_forward_hook(says_endoftext)
+    try:
+        (c,) = HFGenerator(policies, tok, max_new_tokens=6, temperature=0.0)("generator", ["Calculate 1 + 2."])
+    finally:
+        hook.remove()
+    assert c.completion_ids == [eot]
+    from trainer.rl.chat import stop_token_ids
+    from trainer.rl.vllm_engine import VLLMGenerator
+
+    assert set(stop_token_ids(tok, model)) == {im_end, eot}
+    fake_vllm.install(monkeypatch)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    gen = VLLMGenerator(policies, tok, max_new_tokens=6, temperature=1.0, seed=0, training={"lora": {"r": 4}})
+    assert all(sorted(p.stop_token_ids) == sorted(stop_token_ids(tok, model)) for p in gen.sampling(3, 0))
+    gen.close()
+
+
+def test_a_checkpoint_written_on_a_gpu_resumes_anywhere(model_dir, tmp_path, monkeypatch) -> None:
+    """state.pt as a GPU rank writes it (every tensor tagged cuda:0) resumes on a CPU: loaded with a
+    map_location, the optimizer moves its state to its parameters' device (31a1845: torch.load without
+    one puts every rank's copy on cuda:0, and fails where there is no GPU)."""
+    run_dir = tmp_path / "run"
+    trainer = make_trainer(model_dir, run_dir)
+    trainer.train_step(1)
+    with monkeypatch.context() as m:  # torch.save as on a GPU: every storage's location is cuda:0
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        trainer.checkpoint(1)
+    state = next(run_dir.rglob("state.pt"))
+    with pytest.raises(RuntimeError, match="CUDA"):  # the file does say cuda:0
+        torch.load(state, weights_only=False)
+    again = make_trainer(model_dir, run_dir)
+    assert again.resume() == 1
+    for p, q in zip(trainer.policies, again.policies):
+        saved = p.optimizer.state_dict()["state"]
+        loaded = q.optimizer.state_dict()["state"]
+        assert saved.keys() == loaded.keys() and saved
+        for k in saved:
+            assert loaded[k]["exp_avg"].device.type == "cpu"
+            assert torch.equal(loaded[k]["exp_avg"], saved[k]["exp_avg"])
+
+
+def test_adapters_are_written_to_a_job_temp_dir_and_removed(tiny, monkeypatch, tmp_path) -> None:
+    """The engine's adapters go under $TMPDIR (job-local scratch on SLURM sites), not /dev/shm (64 MB in
+    containers), and `close` removes them."""
+    from trainer.rl.vllm_engine import VLLMGenerator
+
+    fake_vllm.install(monkeypatch)
+    job_tmp = tmp_path / "job-tmp"
+    job_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(job_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    gen = VLLMGenerator(policy_set(tiny), tiny[0], max_new_tokens=4, temperature=1.0, seed=0,
+                        training={"lora": {"r": 4}})
+    adapter_dir = Path(gen.engine.adapter_dir)
+    assert adapter_dir.parent == job_tmp and not str(adapter_dir).startswith("/dev/shm")
+    assert len(list(adapter_dir.iterdir())) == 2  # the two policies' adapters of sync 0
+    gen.engine.sync(1)
+    assert len(list(adapter_dir.iterdir())) == 2  # the old ones removed
+    gen.close()
+    assert not adapter_dir.exists() and list(job_tmp.iterdir()) == []
+
+
+def test_fit_closes_the_backends_when_training_fails(model_dir, tmp_path, monkeypatch) -> None:
+    from trainer.rl.rollout import HFGenerator
+
+    closed: list[int] = []
+    monkeypatch.setattr(HFGenerator, "close", lambda self: closed.append(id(self)), raising=False)
+    trainer = make_trainer(model_dir, tmp_path / "run")
+
+    def fails(step):
+        raise RuntimeError("a step that fails")
+
+    monkeypatch.setattr(trainer, "train_step", fails)
+    with pytest.raises(RuntimeError, match="a step that fails"):
+        trainer.fit()
+    assert sorted(closed) == sorted({id(trainer.generate.inner), id(trainer.eval_generate.inner)})
