@@ -2,7 +2,6 @@
 # this file only names paths.
 import functools
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from trainer.sweep.prefetch import (
     needs_model_prefetch,
     pinned_revision,
     revision_arg,
+    use_hf_home,
 )
 from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.sweep.cost import run_turns
@@ -36,8 +36,7 @@ check_matrix(config)  # a rollout backend that cannot start in this environment 
 check_plan(config)  # a run whose one eval cannot fit its job is refused here (trainer/sweep/gate.py)
 
 RESULTS = config.get("results_dir") or "results"  # a scratch file system: --config results_dir=/scratch/...
-if config.get("hf_home"):
-    os.environ["HF_HOME"] = config["hf_home"]  # the Hugging Face cache of prefetch and of every job it starts
+use_hf_home(config)  # the Hugging Face cache of prefetch and of every job it starts: --config hf_home=...
 RUNS = [str(r) for r in expand_matrix(config)]
 SCALES = sorted({parse_run_id(r).scale for r in RUNS})
 

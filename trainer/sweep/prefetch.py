@@ -17,6 +17,7 @@ once naming the model or dataset and the prefetch rule.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -171,3 +172,10 @@ def require_cached(run_config: dict[str, Any], cache_dir: str | None = None) -> 
         except PrefetchError as e:
             raise PrefetchError(f"run {run_config['run']}: {kind} {name} revision {revision} is not in the Hugging "
                                 f"Face cache ({e}); {where}") from e
+
+
+def use_hf_home(config: dict[str, Any]) -> None:
+    """Point the Hugging Face cache of this process, and of every job it starts, at the config's `hf_home`
+    (a scratch file system); without it, the environment's HF_HOME stands."""
+    if config.get("hf_home"):
+        os.environ["HF_HOME"] = str(config["hf_home"])
