@@ -342,20 +342,20 @@ def test_the_plan_multiplies_eval_cost_by_k_and_states_the_sizes_it_assumes(tmp_
     from trainer.sweep.cost import ASSUMED_EVAL_PROBLEMS, assumed_splits, eval_episodes, predict_run
     from trainer.sweep.plan import plan_rows, summary
 
-    rc = paper_code_run()  # livecodebench (all, size unknown) and humaneval (all: its 164), 5 samples each
-    assert assumed_splits(rc) == ["livecodebench"]
-    assert eval_episodes(rc) == 5 * (ASSUMED_EVAL_PROBLEMS + 164)
+    rc = paper_code_run()  # livecodebench v4_v5 (all: its 268, cost.KNOWN_SPLIT_SIZES), humaneval (all: 164), k = 5
+    assert assumed_splits(rc) == [] and eval_episodes(rc) == 5 * (268 + 164)
     one = copy.deepcopy(rc)
     one["training"]["eval_samples"] = 1
     rate = {"generate_tokens_per_s": 1000.0, "update_tokens_per_s": 1000.0}
     assert predict_run(rc, rate)["eval_s"] == pytest.approx(5 * predict_run(one, rate)["eval_s"])
-    one["task_params"]["eval"][0]["eval_problems"] = 200  # a split's own limit: nothing assumed
-    assert assumed_splits(one) == [] and eval_episodes(one) == 200 + 164
+    one["task_params"]["eval"][0]["eval_problems"] = 200  # a split's own limit
+    assert eval_episodes(one) == 200 + 164
     config = load_yaml(ROOT / "config.yaml")
     df = plan_rows(config, tmp_path, matrix="paper", rates=[])
     text = summary(df, 1)
-    assert f"ASSUMED to hold {ASSUMED_EVAL_PROBLEMS} problems" in text and "code: livecodebench" in text
-    assert "math: dapo_holdout, aime2025" in text  # the holdout and AIME's size are unknown before reading too
+    # the DAPO holdout's size is unknown before the dataset is read: assumed, and said so
+    assert f"ASSUMED to hold {ASSUMED_EVAL_PROBLEMS} problems: math: dapo_holdout" in text
+    assert "livecodebench" not in text and "aime2025" not in text
     demo = plan_rows(config, tmp_path, matrix="demo", rates=[])
     assert set(demo["eval_assumed"]) == {""}  # the demo's splits say their size
 
