@@ -41,13 +41,3 @@ def workdir(tmp_path: Path) -> Path:
     """A copy of the workflow (Snakefile, rules, config, profiles) in a temporary directory."""
     return copy_workflow(tmp_path)
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's `--dist loadgroup` (.ci/run): each module's tests stay on one worker, so its
-    module-scoped runs are made once, and the modules with SLURM tests share one worker, as the single-node
-    cluster's 2 CPUs run their jobs (a second worker's jobs would wait in its queue)."""
-    slurm_modules = {item.module.__name__ for item in items if item.get_closest_marker("slurm")}
-    for item in items:
-        module = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("slurm" if module in slurm_modules else module))

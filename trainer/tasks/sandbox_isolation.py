@@ -52,30 +52,28 @@ def _proc_stat(pid: str) -> tuple[str, int, int, int] | None:
 
 
 def leftover_processes(session: int | None = None, uid: int | None = None) -> list[int]:
-    """Live (non-zombie) processes owned by `uid` when given, else in `session` (session or group id)."""
+    """Live (non-zombie) processes owned by `uid` or in `session` (session or group id). Both count: a
+    process the sandbox forked keeps the root uid until it drops to the sandbox's, and a program that
+    left the session keeps the uid."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        if uid is not None:
-            try:
-                if os.stat(f"/proc/{name}").st_uid != uid:
-                    continue
-            except OSError:
-                continue
         st = _proc_stat(name)
         if st is None or st[0] in ("Z", "X"):
             continue
-        if uid is not None or session in (st[1], st[2]):
+        if (uid is not None and st[3] == uid) or (session is not None and session in (st[1], st[2])):
             found.append(int(name))
     return found
 
 
-def kill_all(session: int | None = None, uid: int | None = None, rounds: int = 200) -> bool:
+def kill_all(session: int | None = None, uid: int | None = None, timeout_s: float = 5.0) -> bool:
     """SIGKILL the process group `session`, then every process of `uid` (when given, else of the
-    session) until none is left; True when none is."""
-    me = os.getpid()
-    for _ in range(rounds):
+    session) until none is left; True when none is. A killed process lives on until its exit completes
+    (a pid namespace's init reaps its whole namespace first), which on a loaded machine takes far longer
+    than a few rounds: the bound is time, the pause between rounds growing from 2 to 50 ms."""
+    me, deadline, pause = os.getpid(), time.monotonic() + timeout_s, 0.002
+    while True:
         if session is not None:
             try:
                 os.killpg(session, signal.SIGKILL)
@@ -84,13 +82,15 @@ def kill_all(session: int | None = None, uid: int | None = None, rounds: int = 2
         pids = [p for p in leftover_processes(session, uid) if p != me]
         if not pids:
             return True
+        if time.monotonic() > deadline:
+            return False
         for p in pids:
             try:
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
-        time.sleep(0.002)
-    return not leftover_processes(session, uid)
+        time.sleep(pause)
+        pause = min(0.05, pause * 1.5)
 
 
 class UidLease:
