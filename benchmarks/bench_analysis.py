@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.synthetic_logs import planted_run  # noqa: E402
-from tests.resilience import copy_workflow  # noqa: E402
+from tests.conftest import copy_workflow  # noqa: E402
 from trainer.sweep.config import expand_matrix, load_yaml  # noqa: E402
 
 TIMING = re.compile(r"^timing (\S+) ([0-9.]+)s$", re.MULTILINE)

@@ -24,7 +24,10 @@ def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600, check: bool = Tr
     return proc
 
 
-def copy_workflow(d: Path, links: tuple[str, ...] = ("trainer", "analysis", "benchmarks")) -> Path:
+PACKAGE_LINKS = ("trainer", "analysis", "benchmarks")  # this checkout's packages, linked into a workflow copy
+
+
+def copy_workflow(d: Path, links: tuple[str, ...] = PACKAGE_LINKS) -> Path:
     """A copy of the workflow in `d`: Snakefile, config, rules, profiles and envs copied, and this
     checkout's packages linked in (else `python -m trainer` in the copy would run an installed copy's code)."""
     for name in ("Snakefile", "config.yaml"):

@@ -16,14 +16,14 @@ from typing import Any, Callable
 import pandas as pd
 import pyarrow.parquet as pq
 
-from tests.conftest import ROOT, copy_workflow  # noqa: F401 (copy_workflow: the benchmarks' import)
+from tests.conftest import PACKAGE_LINKS, ROOT, copy_workflow
 from trainer.sweep import rundir
 from trainer.sweep.config import base_model_spec, load_yaml, resolve_run_config
 from trainer.sweep.runid import parse_run_id
 
 TINY_RUN = {"max_steps": 4, "eval_every": 2, "save_every": 2, "keep_last": 3, "prompts_per_step": 4,
             "num_generations": 4, "eval_problems": 24, "samples_per_eval": 2}
-# TEST_FLOAT_ORDER=N (tests/README.md) runs the tests under another float summation order: the warm start's
+# TEST_FLOAT_ORDER=N (docs/testing.md) runs the tests under another float summation order: the warm start's
 # micro-batch split, the RL update's micro-batch size and the threads of every trainer differ, so a test that
 # rests on one CPU's float trajectory fails here as it would on another CPU. 0 (the default): none.
 FLOAT_ORDERS = {0: {"warm_start_micro_batches": None, "micro_batch_tokens": None, "threads": 1},
@@ -88,7 +88,7 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Pat
     return out
 
 
-def workflow_copy(d: Path, tmp_path_factory, links: tuple[str, ...] = ("trainer", "analysis", "benchmarks")) -> Path:
+def workflow_copy(d: Path, tmp_path_factory, links: tuple[str, ...] = PACKAGE_LINKS) -> Path:
     """copy_workflow(d) with the session's tiny base model in place of the tiny scale's, so Snakemake
     trains without rebuilding it."""
     copy_workflow(d, links)

@@ -121,12 +121,17 @@ def eval_description(run_config: dict[str, Any]) -> str:
     return f"{' + '.join(parts)} problems x {t.get('eval_samples', 1)} samples"
 
 
+def chunk_share(run_config: dict[str, Any]) -> float:
+    """Of one eval's work, its largest chunk's share: what a requeued job cannot resume inside."""
+    return eval_chunk_episodes(run_config) / max(1, eval_episodes(run_config))
+
+
 def verdict(run: str, predicted: dict[str, float], bounds: dict[str, Any], source: str,
             run_config: dict[str, Any], device: str, startup_s: float = ASSUMED_STARTUP_S) -> tuple[str, str]:
     """("ok" | "warn" | "refuse", why): see the module docstring. The reason names the run, the eval and the fix."""
     job_s = run_config["resources"]["time_min"] * 60
     episodes, chunk = eval_episodes(run_config), eval_chunk_episodes(run_config)
-    share = chunk / max(1, episodes)  # of one eval's seconds, its largest chunk's
+    share = chunk_share(run_config)
     what = (f"run {run}: one eval ({eval_description(run_config)} = {episodes} episodes) in chunks of "
             f"at most {chunk} episodes, one of which")
     limit = f"its job's resources.time_min ({job_s / 3600:.1f} h)"
@@ -176,7 +181,7 @@ def assess(run: str, run_config: dict[str, Any], scale: dict[str, Any], rates: l
     eval_one_s = predicted.get("eval_s", float("nan")) / evals
     if bounds["eval_bound_s"] > eval_one_s:  # an estimate below the lower bound: the bound stands in for it
         eval_one_s = bounds["eval_bound_s"]
-    share = eval_chunk_episodes(run_config) / max(1, eval_episodes(run_config))
+    share = chunk_share(run_config)
     return {**predicted, "memory_gib": memory_gib, "source": source, "eval_one_s": eval_one_s,
             "eval_bound_s": bounds["eval_bound_s"], "eval_chunk_s": share * eval_one_s,
             "eval_chunk_bound_s": share * bounds["eval_bound_s"], "step_bound_s": bounds["step_bound_s"],
