@@ -1,8 +1,8 @@
 """Command line of the analysis: what the Snakemake rules call.
 
-    python -m analysis analyse --results results --analysis JSON --expected RUN... -- RUN_DIR...
-    python -m analysis figures --results results --out-dir results/figures --expected RUN...
-    python -m analysis progress --out results/figures/progress.png [--include-running] -- RUN_DIR...
+python -m analysis analyse --results results --analysis JSON --expected RUN... -- RUN_DIR...
+python -m analysis figures --results results --out-dir results/figures --expected RUN...
+python -m analysis progress --out results/figures/progress.png [--include-running] -- RUN_DIR...
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sys
 import pandas as pd
 
 from analysis.analyse import analyse
-from analysis.settings import AnalysisSettings
 from analysis.figures import render_all
 from analysis.names import run_axes
 from analysis.progress import progress_curves, render_progress
+from analysis.settings import AnalysisSettings
 from trainer.sweep.rundir import parse_run_id
 
 
@@ -27,8 +27,9 @@ def expected_axes(runs: list[str]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("analyse", help="every finished run in one pass: summary and question tables")
     p.add_argument("--results", required=True, help="the results directory to write into")
@@ -50,14 +51,18 @@ def main(argv: list[str] | None = None) -> int:
         analyse(args.run_dirs, args.expected, AnalysisSettings.from_dict(args.analysis), args.results)
     elif args.command == "figures":
         expected = expected_axes(args.expected) if args.expected else None
-        render_all(args.results, args.out_dir, expected,
-                   capture_share=AnalysisSettings.from_dict(args.analysis).capture_share)
+        render_all(
+            args.results, args.out_dir, expected, capture_share=AnalysisSettings.from_dict(args.analysis).capture_share
+        )
     elif args.command == "progress":
         curves = progress_curves(args.run_dirs, args.include_running)
         render_progress(curves, args.out)
         running = curves[curves["state"] == "running"].drop_duplicates("run")
-        print(f"{curves['run'].nunique()} runs drawn into {args.out}"
-              + "".join(f"; {r.run} running @ step {r.at_step}" for r in running.itertuples()), file=sys.stderr)
+        print(
+            f"{curves['run'].nunique()} runs drawn into {args.out}"
+            + "".join(f"; {r.run} running @ step {r.at_step}" for r in running.itertuples()),
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -37,8 +37,10 @@ def configured_agents(config: dict[str, Any], roles: WorkflowRoles) -> float:
     if roles.parallel_role is None:
         return math.nan
     key = AGENT_KEYS.get(str(config.get("workflow")))
-    for params in (config.get("workflow_params") or {}, (config.get("workflows") or {}).get(config.get("workflow"))
-                   or {}):
+    for params in (
+        config.get("workflow_params") or {},
+        (config.get("workflows") or {}).get(config.get("workflow")) or {},
+    ):
         if key and key in params:
             return float(params[key])
     return float(roles.parallel_agents)
@@ -49,16 +51,22 @@ def agent_facts(train: pd.DataFrame, config: dict[str, Any], roles: WorkflowRole
 
     The means are over the role's non-skipped steps; NaN where the role or the columns are absent.
     """
-    out: dict[str, Any] = {"variant": variant(config), "n_agents": math.nan, "n_agents_source": "",
-                           "amplification_index": math.nan, "agent_cos_mean": math.nan}
+    out: dict[str, Any] = {
+        "variant": variant(config),
+        "n_agents": math.nan,
+        "n_agents_source": "",
+        "amplification_index": math.nan,
+        "agent_cos_mean": math.nan,
+    }
     role = roles.parallel_role
     if role is None:
         return out
     rows = train[(train["role"] == role) & ~train["skipped"].astype(bool)]
     if "n_agents" in rows and rows["n_agents"].notna().any():
         # the agents the role actually ran (an orchestrator may plan fewer than max_subtasks): the step median
-        out.update(n_agents=float(np.nanmedian(rows["n_agents"].to_numpy(dtype=float))),
-                   n_agents_source="train.parquet")
+        out.update(
+            n_agents=float(np.nanmedian(rows["n_agents"].to_numpy(dtype=float))), n_agents_source="train.parquet"
+        )
     else:
         out.update(n_agents=configured_agents(config, roles), n_agents_source="config.json")
     for col in ("amplification_index", "agent_cos_mean"):

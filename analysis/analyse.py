@@ -20,9 +20,9 @@ import pandas as pd
 from analysis import tables
 from analysis.claims import claim_tables
 from analysis.names import AXES, CLAIM_TABLES, as_written
+from analysis.per_run import summarize_runs, write_tables
 from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline, aggregate_seeds
-from analysis.per_run import summarize_runs, write_tables
 from analysis.warnings_judged import judge_run_dirs, onsets_table
 from trainer.sweep import rundir
 
@@ -33,13 +33,17 @@ def skipped_runs(problems: pd.DataFrame, expected: list[str], analysed: set[str]
     """Runs of the matrix not in the analysis: `left out` (bad logs, with why) or `missing` (not finished)."""
     rows = [{"run": r.run, "status": "left out", "reason": r.problem} for r in problems.itertuples()]
     bad = set(problems["run"])
-    rows += [{"run": r, "status": "missing", "reason": "not finished (no done.json)"}
-             for r in expected if r not in analysed and r not in bad]
+    rows += [
+        {"run": r, "status": "missing", "reason": "not finished (no done.json)"}
+        for r in expected
+        if r not in analysed and r not in bad
+    ]
     return pd.DataFrame(rows, columns=SKIPPED_COLUMNS)
 
 
-def analyse(run_dirs: list[str | Path], expected: list[str], analysis: AnalysisSettings, results: str | Path,
-            log=sys.stderr) -> dict[str, float]:
+def analyse(
+    run_dirs: list[str | Path], expected: list[str], analysis: AnalysisSettings, results: str | Path, log=sys.stderr
+) -> dict[str, float]:
     """Analyse `run_dirs` into `results` (see the module docstring); returns seconds per stage."""
     results = Path(results)
     timings: dict[str, float] = {}
@@ -67,23 +71,39 @@ def analyse(run_dirs: list[str | Path], expected: list[str], analysis: AnalysisS
     if len(summary):
         questions = {
             "improves_on_base": tables.improves_on_base(summary),
-            "isolated_vs_shared": tables.isolated_vs_shared(summary, n_boot=analysis.bootstrap_n,
-                                                            seed=analysis.bootstrap_seed),
+            "isolated_vs_shared": tables.isolated_vs_shared(
+                summary, n_boot=analysis.bootstrap_n, seed=analysis.bootstrap_seed
+            ),
             "variance_decomposition": tables.variance_decomposition(
-                summary, interactions=analysis.variance_interactions),
+                summary, interactions=analysis.variance_interactions
+            ),
             "failure_signatures": tables.failure_signatures(summary, parts["signatures"]),
-            **claim_tables(summary, parts["curves"], terminal_k=analysis.terminal_k, n_boot=analysis.bootstrap_n,
-                           seed=analysis.bootstrap_seed),
+            **claim_tables(
+                summary,
+                parts["curves"],
+                terminal_k=analysis.terminal_k,
+                n_boot=analysis.bootstrap_n,
+                seed=analysis.bootstrap_seed,
+            ),
         }
     else:
-        questions = {k: pd.DataFrame() for k in ("improves_on_base", "isolated_vs_shared", "variance_decomposition",
-                                                 "failure_signatures", *CLAIM_TABLES)}
+        questions = {
+            k: pd.DataFrame()
+            for k in (
+                "improves_on_base",
+                "isolated_vs_shared",
+                "variance_decomposition",
+                "failure_signatures",
+                *CLAIM_TABLES,
+            )
+        }
     for name, df in questions.items():
         tables.write_table(df, results / "tables" / name)
     judged = [Path(d) for d in run_dirs if Path(d).name in set(summary["run"])]  # the early warnings vs the cliffs
     primary = summary[summary["primary"].astype(bool)] if len(summary) else summary
-    tables.write_table(judge_run_dirs(judged, primary, list(rundir.EARLY_WARNING_DETECTORS)),
-                       results / "tables" / "early_warnings")
+    tables.write_table(
+        judge_run_dirs(judged, primary, list(rundir.EARLY_WARNING_DETECTORS)), results / "tables" / "early_warnings"
+    )
     onsets_table(judged, primary).to_parquet(results / "analysis" / "warnings.parquet", index=False)
     timings["tables"] = time.perf_counter() - t
 

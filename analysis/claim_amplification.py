@@ -22,8 +22,10 @@ from analysis.intervals import bootstrap_mean_ci, bootstrap_stat_ci, bootstrap_t
 from analysis.tables import primary_rows
 
 COLUMNS = ["statistic", "workflow", "policy", "n_agents", "n_runs", "estimate", "lo", "hi", "note"]
-NO_INDEX = ("not measured: train.parquet has no amplification_index (a trainer before per-agent gradients); "
-            "rerun with per-agent gradient logging")
+NO_INDEX = (
+    "not measured: train.parquet has no amplification_index (a trainer before per-agent gradients); "
+    "rerun with per-agent gradient logging"
+)
 
 
 def agent_runs(summary: pd.DataFrame) -> pd.DataFrame:
@@ -32,15 +34,31 @@ def agent_runs(summary: pd.DataFrame) -> pd.DataFrame:
     if "amplification_index" not in rows or "n_agents" not in rows:
         return pd.DataFrame(columns=["workflow", "policy", "n_agents", "index", "drop"])
     rows = rows[rows["n_agents"].notna() & rows["amplification_index"].notna()]
-    return pd.DataFrame({"workflow": rows["workflow"], "policy": rows["policy"],
-                         "n_agents": rows["n_agents"].astype(float), "index": rows["amplification_index"],
-                         "drop": rows["peak_acc"] - rows["terminal_acc"]}).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "workflow": rows["workflow"],
+            "policy": rows["policy"],
+            "n_agents": rows["n_agents"].astype(float),
+            "index": rows["amplification_index"],
+            "drop": rows["peak_acc"] - rows["terminal_acc"],
+        }
+    ).reset_index(drop=True)
 
 
-def _row(statistic: str, wf: str, policy: str, n_agents: Any, n: int, est: float, ci: tuple[float, float],
-         note: str = "") -> dict[str, Any]:
-    return {"statistic": statistic, "workflow": wf, "policy": policy, "n_agents": n_agents, "n_runs": n,
-            "estimate": est, "lo": ci[0], "hi": ci[1], "note": note}
+def _row(
+    statistic: str, wf: str, policy: str, n_agents: Any, n: int, est: float, ci: tuple[float, float], note: str = ""
+) -> dict[str, Any]:
+    return {
+        "statistic": statistic,
+        "workflow": wf,
+        "policy": policy,
+        "n_agents": n_agents,
+        "n_runs": n,
+        "estimate": est,
+        "lo": ci[0],
+        "hi": ci[1],
+        "note": note,
+    }
 
 
 def _by_run(g: pd.DataFrame, fn, rng: np.random.Generator, n_boot: int, x: str, y: str) -> tuple[float, tuple]:
@@ -52,21 +70,32 @@ def _slope_diff(iso: pd.DataFrame, sh: pd.DataFrame, rng: np.random.Generator, n
     xi, yi = iso["n_agents"].to_numpy(dtype=float), iso["index"].to_numpy(dtype=float)
     xs, ys = sh["n_agents"].to_numpy(dtype=float), sh["index"].to_numpy(dtype=float)
     est = slope(xi, yi) - slope(xs, ys)
-    return est, bootstrap_two_groups(lambda a, b: slope(xi[a], yi[a]) - slope(xs[b], ys[b]), len(xi), len(xs),
-                                     rng, n_boot)
+    return est, bootstrap_two_groups(
+        lambda a, b: slope(xi[a], yi[a]) - slope(xs[b], ys[b]), len(xi), len(xs), rng, n_boot
+    )
 
 
 def amplification_dose(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Claim 5's table (see the module docstring); one `note` row when no run logs the index."""
     runs = agent_runs(summary) if len(summary) else pd.DataFrame()
     if not len(runs):
-        return pd.DataFrame([_row("none", "all", "all", "", 0, math.nan, (math.nan, math.nan), NO_INDEX)],
-                            columns=COLUMNS)
+        return pd.DataFrame(
+            [_row("none", "all", "all", "", 0, math.nan, (math.nan, math.nan), NO_INDEX)], columns=COLUMNS
+        )
     rng = np.random.default_rng(seed)
     out = []
     for (wf, pol, k), g in runs.groupby(["workflow", "policy", "n_agents"], sort=True):
-        out.append(_row("mean_index", wf, pol, f"{k:g}", len(g), float(g["index"].mean()),
-                        bootstrap_mean_ci(g["index"].to_numpy(), rng, n_boot)))
+        out.append(
+            _row(
+                "mean_index",
+                wf,
+                pol,
+                f"{k:g}",
+                len(g),
+                float(g["index"].mean()),
+                bootstrap_mean_ci(g["index"].to_numpy(), rng, n_boot),
+            )
+        )
     for wf, w in runs.groupby("workflow", sort=True):
         for pol, g in w.groupby("policy", sort=True):
             est, ci = _by_run(g, slope, rng, n_boot, "n_agents", "index")

@@ -26,16 +26,16 @@ def _err(est: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
     return [np.clip(np.nan_to_num(est - lo), 0, None), np.clip(np.nan_to_num(hi - est), 0, None)]
 
 
-def _forest(ax: plt.Axes, labels: list[str], est: np.ndarray, lo: np.ndarray, hi: np.ndarray, xlabel: str,
-            colour: str = "k") -> None:
+def _forest(
+    ax: plt.Axes, labels: list[str], est: np.ndarray, lo: np.ndarray, hi: np.ndarray, xlabel: str, colour: str = "k"
+) -> None:
     """One row per label: the estimate and its interval; the dashed line is no effect (0)."""
     if not len(labels):
         _empty(ax, "no data")
         return
     y = np.arange(len(labels))[::-1]
     est, lo, hi = (np.asarray(a, dtype=float) for a in (est, lo, hi))
-    ax.errorbar(est, y, xerr=_err(est, lo, hi), fmt="o", color=colour, ms=4,
-                capsize=2, lw=1)
+    ax.errorbar(est, y, xerr=_err(est, lo, hi), fmt="o", color=colour, ms=4, capsize=2, lw=1)
     ax.axvline(0, color="0.4", ls="--", lw=0.8)
     ax.set_yticks(y, labels, fontsize=7)
     ax.set_xlabel(xlabel, fontsize=8)
@@ -57,13 +57,27 @@ def claim_cliff_incidence(data: Data, grid: Grid) -> plt.Figure:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.28 * max(len(t), 4)), sharey=True)
     # the variant column is written only where some run has a variant (names.as_written)
     variants = t["variant"].fillna("").astype(str) if "variant" in t else pd.Series([""] * len(t), index=t.index)
-    labels = [f"{wf_name(r.workflow)}/{r.task}/{r.scale}" + (f"/{v}" if v not in ("", "nan") else "")
-              for r, v in zip(t.itertuples(), variants)]
+    labels = [
+        f"{wf_name(r.workflow)}/{r.task}/{r.scale}" + (f"/{v}" if v not in ("", "nan") else "")
+        for r, v in zip(t.itertuples(), variants)
+    ]
     if len(t):
-        _forest(a, labels, t["diff_incidence"], t["diff_incidence_lo"], t["diff_incidence_hi"],
-                "cliff incidence, isolated - shared (paired by cell and seed)")
-        _forest(b, labels, t["diff_peak_step"], t["diff_peak_step_lo"], t["diff_peak_step_hi"],
-                "peak step, isolated - shared (steps)")
+        _forest(
+            a,
+            labels,
+            t["diff_incidence"],
+            t["diff_incidence_lo"],
+            t["diff_incidence_hi"],
+            "cliff incidence, isolated - shared (paired by cell and seed)",
+        )
+        _forest(
+            b,
+            labels,
+            t["diff_peak_step"],
+            t["diff_peak_step_lo"],
+            t["diff_peak_step_hi"],
+            "peak step, isolated - shared (steps)",
+        )
     else:
         _empty(a, "no Isolated/Shared pairs")
         _empty(b, "no Isolated/Shared pairs")
@@ -82,8 +96,9 @@ def claim_signature_rates(data: Data, grid: Grid) -> plt.Figure:
     y = np.arange(len(t))[::-1]
     for off, pol in ((0.12, "shared"), (-0.12, "isolated")):
         r, lo, hi = (t[f"rate_{pol}{s}"].to_numpy(dtype=float) for s in ("", "_lo", "_hi"))
-        ax.errorbar(r, y + off, xerr=_err(r, lo, hi), fmt="o", ms=4, capsize=2,
-                    color=POLICY_COLOURS[pol], label=f"{pol} policy")
+        ax.errorbar(
+            r, y + off, xerr=_err(r, lo, hi), fmt="o", ms=4, capsize=2, color=POLICY_COLOURS[pol], label=f"{pol} policy"
+        )
     ax.set_yticks(y, [f"{wf_name(r.workflow)}/{r.task}: {r.signature}" for r in t.itertuples()], fontsize=7)
     ax.set_xlabel("rate over all terminal eval episodes (95% Wilson)", fontsize=8)
     ax.set_xlim(0, 1)
@@ -107,16 +122,28 @@ def claim_amplification_dose(data: Data, grid: Grid) -> plt.Figure:
     for (wf, pol), g in dose.groupby(["workflow", "policy"], sort=True):
         k = g["n_agents"].astype(float).to_numpy()
         e, lo, hi = (g[c].to_numpy(dtype=float) for c in ("estimate", "lo", "hi"))
-        a.errorbar(k, e, yerr=_err(e, lo, hi), marker="o" if wf == "voting" else "s",
-                   color=POLICY_COLOURS.get(pol, "0.4"), capsize=2, label=f"{wf_name(wf)}, {pol}")
+        a.errorbar(
+            k,
+            e,
+            yerr=_err(e, lo, hi),
+            marker="o" if wf == "voting" else "s",
+            color=POLICY_COLOURS.get(pol, "0.4"),
+            capsize=2,
+            label=f"{wf_name(wf)}, {pol}",
+        )
     a.set_xlabel("parallel agents (n_votes / max_subtasks)")
     a.set_ylabel("amplification index  sum ||g_k|| / ||sum g_k||")
     a.legend(fontsize=7)
     s = _all_runs(data)  # the variants are the doses
     if "amplification_index" in s:
         s = s[s["amplification_index"].notna()]
-        b.scatter(s["amplification_index"], s["peak_acc"] - s["terminal_acc"], s=14, alpha=0.7,
-                  c=[POLICY_COLOURS.get(p, "0.4") for p in s["policy"]])
+        b.scatter(
+            s["amplification_index"],
+            s["peak_acc"] - s["terminal_acc"],
+            s=14,
+            alpha=0.7,
+            c=[POLICY_COLOURS.get(p, "0.4") for p in s["policy"]],
+        )
     corr = t[(t["statistic"] == "corr_drop") & (t["workflow"] == "all") & (t["policy"] == "all")]
     if len(corr):
         r = corr.iloc[0]
@@ -134,8 +161,15 @@ def claim_capture_onset(data: Data, grid: Grid) -> plt.Figure:
     t = t[t["workflow"].notna()] if len(t) else t
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     labels = [f"{wf_name(r.workflow)}/{r.task}" for r in t.itertuples()] if len(t) else []
-    _forest(a, labels, t["capture_lead"] if len(t) else [], t["capture_lead_lo"] if len(t) else [],
-            t["capture_lead_hi"] if len(t) else [], "cliff step - capture step (steps)", POLICY_COLOURS["shared"])
+    _forest(
+        a,
+        labels,
+        t["capture_lead"] if len(t) else [],
+        t["capture_lead_lo"] if len(t) else [],
+        t["capture_lead_hi"] if len(t) else [],
+        "cliff step - capture step (steps)",
+        POLICY_COLOURS["shared"],
+    )
     s = _all_runs(data)  # as the capture_onset table counts them
     if {"capture_step", "cliff_step"} <= set(s.columns):
         s = s[(s["policy"] == "shared") & s["capture_step"].notna() & s["cliff_step"].notna()]
@@ -151,5 +185,9 @@ def claim_capture_onset(data: Data, grid: Grid) -> plt.Figure:
     return fig
 
 
-CLAIM_FIGURES = {"claim_cliff_incidence": claim_cliff_incidence, "claim_signature_rates": claim_signature_rates,
-                 "claim_amplification_dose": claim_amplification_dose, "claim_capture_onset": claim_capture_onset}
+CLAIM_FIGURES = {
+    "claim_cliff_incidence": claim_cliff_incidence,
+    "claim_signature_rates": claim_signature_rates,
+    "claim_amplification_dose": claim_amplification_dose,
+    "claim_capture_onset": claim_capture_onset,
+}

@@ -37,17 +37,43 @@ RATES = [
     RateSpec("evaluator_always_accepts", "evaluator_accept_rate", "eval_opt", rounds="mean_iterations"),
     RateSpec("evaluator_always_rejects", "evaluator_accept_rate", "eval_opt", invert=True, rounds="mean_iterations"),
     RateSpec("aggregator_same_slot", "top_slot_share", "voting"),
-    RateSpec("aggregator_ignores_majority", "majority_ignored_rate", "voting",
-             missing="the trainer's eval does not log it; signatures.py estimates it from the sampled episodes only"),
+    RateSpec(
+        "aggregator_ignores_majority",
+        "majority_ignored_rate",
+        "voting",
+        missing="the trainer's eval does not log it; signatures.py estimates it from the sampled episodes only",
+    ),
     RateSpec("voters_identical", "vote_agreement", "voting"),
-    RateSpec("orchestrator_stops_decomposing", "single_subtask_rate", "orch_workers",
-             missing="the trainer's eval logs subtasks_mean (a mean, not a rate of episodes)"),
+    RateSpec(
+        "orchestrator_stops_decomposing",
+        "single_subtask_rate",
+        "orch_workers",
+        missing="the trainer's eval logs subtasks_mean (a mean, not a rate of episodes)",
+    ),
     RateSpec("answers_stop_parsing", "final_answer_parse_rate", None, invert=True),
 ]
-COLUMNS = ["workflow", "task", "signature", "column", "runs_shared", "episodes_shared", "rate_shared",
-           "rate_shared_lo", "rate_shared_hi", "runs_isolated", "episodes_isolated", "rate_isolated",
-           "rate_isolated_lo", "rate_isolated_hi", "diff", "diff_lo", "diff_hi", "diff_runs_lo", "diff_runs_hi",
-           "note"]
+COLUMNS = [
+    "workflow",
+    "task",
+    "signature",
+    "column",
+    "runs_shared",
+    "episodes_shared",
+    "rate_shared",
+    "rate_shared_lo",
+    "rate_shared_hi",
+    "runs_isolated",
+    "episodes_isolated",
+    "rate_isolated",
+    "rate_isolated_lo",
+    "rate_isolated_hi",
+    "diff",
+    "diff_lo",
+    "diff_hi",
+    "diff_runs_lo",
+    "diff_runs_hi",
+    "note",
+]
 
 
 def run_counts(curves: pd.DataFrame, spec: RateSpec, terminal_k: int) -> pd.DataFrame:
@@ -59,7 +85,8 @@ def run_counts(curves: pd.DataFrame, spec: RateSpec, terminal_k: int) -> pd.Data
     rate = c[spec.column].astype(float)
     units = c["n"].astype(float) * (c[spec.rounds].astype(float) if spec.rounds and spec.rounds in c else 1.0)
     frame = c[["run", "workflow", "task", "policy"]].assign(
-        k=((1 - rate) if spec.invert else rate) * units, n=units.where(rate.notna(), 0.0))
+        k=((1 - rate) if spec.invert else rate) * units, n=units.where(rate.notna(), 0.0)
+    )
     frame["k"] = frame["k"].fillna(0.0)
     return frame.groupby(["run", "workflow", "task", "policy"], as_index=False)[["k", "n"]].sum()
 
@@ -81,8 +108,15 @@ def _rate_row(label: dict[str, Any], counts: pd.DataFrame, rng: np.random.Genera
     for p, g in parts.items():
         k, n = float(g["k"].sum()), float(g["n"].sum())
         lo, hi = wilson(k, n)
-        row.update({f"runs_{p}": len(g), f"episodes_{p}": n, f"rate_{p}": k / n if n else math.nan,
-                    f"rate_{p}_lo": lo, f"rate_{p}_hi": hi})
+        row.update(
+            {
+                f"runs_{p}": len(g),
+                f"episodes_{p}": n,
+                f"rate_{p}": k / n if n else math.nan,
+                f"rate_{p}_lo": lo,
+                f"rate_{p}_hi": hi,
+            }
+        )
     i, s = parts["isolated"], parts["shared"]
     d, lo, hi = newcombe(i["k"].sum(), i["n"].sum(), s["k"].sum(), s["n"].sum())
     rlo, rhi = _pooled_diff(i, s, rng, n_boot)
@@ -90,8 +124,9 @@ def _rate_row(label: dict[str, Any], counts: pd.DataFrame, rng: np.random.Genera
     return row
 
 
-def signature_rates(summary: pd.DataFrame, curves: pd.DataFrame, *, terminal_k: int = 3, n_boot: int = 2000,
-                    seed: int = 0) -> pd.DataFrame:
+def signature_rates(
+    summary: pd.DataFrame, curves: pd.DataFrame, *, terminal_k: int = 3, n_boot: int = 2000, seed: int = 0
+) -> pd.DataFrame:
     """Claim 4: per workflow, task and signature, its rate over all terminal eval episodes per policy (Wilson
     intervals) and Isolated minus Shared (Newcombe interval over episodes; diff_runs_*: bootstrap over runs).
 
@@ -109,11 +144,24 @@ def signature_rates(summary: pd.DataFrame, curves: pd.DataFrame, *, terminal_k: 
             part = curves[curves["workflow"] == wf]
             counts = run_counts(part.dropna(axis=1, how="all"), spec, terminal_k)
             if not len(counts):
-                out.append({"workflow": wf, "task": "all", "signature": spec.signature, "column": spec.column,
-                            "note": f"not measured: eval.parquet has no {spec.column}"
-                                    + (f" ({spec.missing})" if spec.missing else "")})
+                out.append(
+                    {
+                        "workflow": wf,
+                        "task": "all",
+                        "signature": spec.signature,
+                        "column": spec.column,
+                        "note": f"not measured: eval.parquet has no {spec.column}"
+                        + (f" ({spec.missing})" if spec.missing else ""),
+                    }
+                )
                 continue
             for task, g in counts.groupby("task", sort=True):
-                out.append(_rate_row({"workflow": wf, "task": task, "signature": spec.signature,
-                                      "column": spec.column}, g, rng, n_boot))
+                out.append(
+                    _rate_row(
+                        {"workflow": wf, "task": task, "signature": spec.signature, "column": spec.column},
+                        g,
+                        rng,
+                        n_boot,
+                    )
+                )
     return pd.DataFrame(out, columns=COLUMNS)

@@ -23,9 +23,24 @@ from analysis.tables import primary_rows
 
 PAIR_CELL = ["workflow", "task", "scale", "variant"]
 
-CLIFF_COLUMNS = ["workflow", "task", "scale", "variant", "n_pairs", "cliff_isolated", "cliff_shared",
-                 "isolated_only", "shared_only", "diff_incidence", "diff_incidence_lo", "diff_incidence_hi",
-                 "p_mcnemar", "diff_peak_step", "diff_peak_step_lo", "diff_peak_step_hi"]
+CLIFF_COLUMNS = [
+    "workflow",
+    "task",
+    "scale",
+    "variant",
+    "n_pairs",
+    "cliff_isolated",
+    "cliff_shared",
+    "isolated_only",
+    "shared_only",
+    "diff_incidence",
+    "diff_incidence_lo",
+    "diff_incidence_hi",
+    "p_mcnemar",
+    "diff_peak_step",
+    "diff_peak_step_lo",
+    "diff_peak_step_hi",
+]
 
 
 def _with_variant(rows: pd.DataFrame) -> pd.DataFrame:
@@ -53,11 +68,21 @@ def _cliff_row(label: dict[str, str], g: pd.DataFrame, rng: np.random.Generator,
     m = mcnemar(b, c, len(g))
     timing = (g["peak_step_isolated"] - g["peak_step_shared"]).to_numpy(dtype=float)
     lo, hi = bootstrap_mean_ci(timing, rng, n_boot)
-    return {**label, "n_pairs": len(g), "cliff_isolated": float(g["cliff_isolated"].mean()),
-            "cliff_shared": float(g["cliff_shared"].mean()), "isolated_only": b, "shared_only": c,
-            "diff_incidence": m["diff"], "diff_incidence_lo": m["lo"], "diff_incidence_hi": m["hi"],
-            "p_mcnemar": m["p"], "diff_peak_step": float(np.nanmean(timing)) if len(timing) else math.nan,
-            "diff_peak_step_lo": lo, "diff_peak_step_hi": hi}
+    return {
+        **label,
+        "n_pairs": len(g),
+        "cliff_isolated": float(g["cliff_isolated"].mean()),
+        "cliff_shared": float(g["cliff_shared"].mean()),
+        "isolated_only": b,
+        "shared_only": c,
+        "diff_incidence": m["diff"],
+        "diff_incidence_lo": m["lo"],
+        "diff_incidence_hi": m["hi"],
+        "p_mcnemar": m["p"],
+        "diff_peak_step": float(np.nanmean(timing)) if len(timing) else math.nan,
+        "diff_peak_step_lo": lo,
+        "diff_peak_step_hi": hi,
+    }
 
 
 def cliff_incidence(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -72,18 +97,34 @@ def cliff_incidence(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0)
     if not len(pairs):
         return pd.DataFrame(columns=CLIFF_COLUMNS)
     rng = np.random.default_rng(seed)
-    out = [_cliff_row(dict(zip(PAIR_CELL, k)), g, rng, n_boot)
-           for k, g in pairs.groupby(PAIR_CELL, sort=True)]
+    out = [_cliff_row(dict(zip(PAIR_CELL, k)), g, rng, n_boot) for k, g in pairs.groupby(PAIR_CELL, sort=True)]
     if pairs[PAIR_CELL].drop_duplicates().shape[0] > 1:
-        out += [_cliff_row({"workflow": wf, "task": "all", "scale": "all", "variant": "all"}, g, rng, n_boot)
-                for wf, g in pairs.groupby("workflow", sort=True)]
+        out += [
+            _cliff_row({"workflow": wf, "task": "all", "scale": "all", "variant": "all"}, g, rng, n_boot)
+            for wf, g in pairs.groupby("workflow", sort=True)
+        ]
         out.append(_cliff_row(dict.fromkeys(PAIR_CELL, "all"), pairs, rng, n_boot))
     return pd.DataFrame(out, columns=CLIFF_COLUMNS)
 
 
-CAPTURE_COLUMNS = ["workflow", "task", "n_runs", "capture_index", "capture_index_lo", "capture_index_hi",
-                   "n_captured", "n_cliffs", "n_captured_cliffs", "capture_lead", "capture_lead_lo",
-                   "capture_lead_hi", "share_captured_before_cliff", "share_before_lo", "share_before_hi", "note"]
+CAPTURE_COLUMNS = [
+    "workflow",
+    "task",
+    "n_runs",
+    "capture_index",
+    "capture_index_lo",
+    "capture_index_hi",
+    "n_captured",
+    "n_cliffs",
+    "n_captured_cliffs",
+    "capture_lead",
+    "capture_lead_lo",
+    "capture_lead_hi",
+    "share_captured_before_cliff",
+    "share_before_lo",
+    "share_before_hi",
+    "note",
+]
 
 
 def _capture_row(label: dict[str, str], g: pd.DataFrame, rng: np.random.Generator, n_boot: int) -> dict[str, Any]:
@@ -94,12 +135,23 @@ def _capture_row(label: dict[str, str], g: pd.DataFrame, rng: np.random.Generato
     lo_i, hi_i = bootstrap_mean_ci(idx, rng, n_boot)
     lo_l, hi_l = bootstrap_mean_ci(lead, rng, n_boot)
     lo_s, hi_s = wilson(before, len(lead))
-    return {**label, "n_runs": len(g), "capture_index": float(np.nanmean(idx)), "capture_index_lo": lo_i,
-            "capture_index_hi": hi_i, "n_captured": int(g["capture_step"].notna().sum()),
-            "n_cliffs": int(g["cliff"].astype(bool).sum()), "n_captured_cliffs": len(lead),
-            "capture_lead": float(lead.mean()) if len(lead) else math.nan, "capture_lead_lo": lo_l,
-            "capture_lead_hi": hi_l, "share_captured_before_cliff": before / len(lead) if len(lead) else math.nan,
-            "share_before_lo": lo_s, "share_before_hi": hi_s, "note": ""}
+    return {
+        **label,
+        "n_runs": len(g),
+        "capture_index": float(np.nanmean(idx)),
+        "capture_index_lo": lo_i,
+        "capture_index_hi": hi_i,
+        "n_captured": int(g["capture_step"].notna().sum()),
+        "n_cliffs": int(g["cliff"].astype(bool).sum()),
+        "n_captured_cliffs": len(lead),
+        "capture_lead": float(lead.mean()) if len(lead) else math.nan,
+        "capture_lead_lo": lo_l,
+        "capture_lead_hi": hi_l,
+        "share_captured_before_cliff": before / len(lead) if len(lead) else math.nan,
+        "share_before_lo": lo_s,
+        "share_before_hi": hi_s,
+        "note": "",
+    }
 
 
 def capture_onset(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -116,17 +168,22 @@ def capture_onset(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -
     if not len(rows):
         return pd.DataFrame([{"note": "no Shared runs with several roles"}], columns=CAPTURE_COLUMNS)
     rng = np.random.default_rng(seed)
-    out = [_capture_row({"workflow": wf, "task": task}, g, rng, n_boot)
-           for (wf, task), g in rows.groupby(["workflow", "task"], sort=True)]
+    out = [
+        _capture_row({"workflow": wf, "task": task}, g, rng, n_boot)
+        for (wf, task), g in rows.groupby(["workflow", "task"], sort=True)
+    ]
     if len(out) > 1:
         out.append(_capture_row({"workflow": "all", "task": "all"}, rows, rng, n_boot))
     return pd.DataFrame(out, columns=CAPTURE_COLUMNS)
 
 
-def claim_tables(summary: pd.DataFrame, curves: pd.DataFrame, *, terminal_k: int, n_boot: int,
-                 seed: int) -> dict[str, pd.DataFrame]:
+def claim_tables(
+    summary: pd.DataFrame, curves: pd.DataFrame, *, terminal_k: int, n_boot: int, seed: int
+) -> dict[str, pd.DataFrame]:
     """Every claim table by its name in names.CLAIMS (each with its own generator of the same seed)."""
-    return {"cliff_incidence": cliff_incidence(summary, n_boot=n_boot, seed=seed),
-            "signature_rates": signature_rates(summary, curves, terminal_k=terminal_k, n_boot=n_boot, seed=seed),
-            "amplification_dose": amplification_dose(summary, n_boot=n_boot, seed=seed),
-            "capture_onset": capture_onset(summary, n_boot=n_boot, seed=seed)}
+    return {
+        "cliff_incidence": cliff_incidence(summary, n_boot=n_boot, seed=seed),
+        "signature_rates": signature_rates(summary, curves, terminal_k=terminal_k, n_boot=n_boot, seed=seed),
+        "amplification_dose": amplification_dose(summary, n_boot=n_boot, seed=seed),
+        "capture_onset": capture_onset(summary, n_boot=n_boot, seed=seed),
+    }

@@ -20,8 +20,9 @@ from trainer.sweep import rundir
 __all__ = ["summarize_curve", "curve_rows"]
 
 
-def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int = 1, terminal_k: int = 3,
-                    cliff_drop: float = 0.1) -> dict[str, Any]:
+def summarize_curve(
+    steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int = 1, terminal_k: int = 3, cliff_drop: float = 0.1
+) -> dict[str, Any]:
     """Summary of one accuracy curve (steps ascending, step 0 = the base model).
 
     cliff: peak_acc - terminal_acc >= cliff_drop and, from some eval after the peak to the end,
@@ -32,8 +33,18 @@ def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int
     steps, acc = steps[order], acc[order]
     valid = ~np.isnan(acc)
     nan = float("nan")
-    out = {"base_acc": nan, "peak_acc": nan, "peak_step": nan, "terminal_acc": nan, "gain_peak": nan,
-           "gain_terminal": nan, "cliff": False, "cliff_step": nan, "cliff_depth": 0.0, "n_evals": int(valid.sum())}
+    out = {
+        "base_acc": nan,
+        "peak_acc": nan,
+        "peak_step": nan,
+        "terminal_acc": nan,
+        "gain_peak": nan,
+        "gain_terminal": nan,
+        "cliff": False,
+        "cliff_step": nan,
+        "cliff_depth": 0.0,
+        "n_evals": int(valid.sum()),
+    }
     if not valid.any():
         return out
     base = acc[0] if steps[0] == 0 and valid[0] else nan
@@ -41,8 +52,14 @@ def summarize_curve(steps: np.ndarray, acc: np.ndarray, *, smoothing_window: int
     top = rundir.curve_peak(steps.tolist(), acc.tolist(), smoothing_window)
     peak_i, peak = top["index"], top["smoothed"]
     terminal = float(np.mean(acc[valid][-terminal_k:]))
-    out.update(base_acc=float(base), peak_acc=peak, peak_step=float(steps[peak_i]), terminal_acc=terminal,
-               gain_peak=peak - base, gain_terminal=terminal - base)
+    out.update(
+        base_acc=float(base),
+        peak_acc=peak,
+        peak_step=float(steps[peak_i]),
+        terminal_acc=terminal,
+        gain_peak=peak - base,
+        gain_terminal=terminal - base,
+    )
     threshold = peak - cliff_drop
     if peak - terminal >= cliff_drop - 1e-12:
         below = np.where(valid, acc < threshold + 1e-12, True)  # a NaN eval neither breaks nor makes a cliff
@@ -57,13 +74,25 @@ def curve_rows(logs: RunLogs, analysis: AnalysisSettings) -> list[dict[str, Any]
     """One summary row per eval split of a checked run (DESIGN.md's definitions), with its noise floor."""
     cfg, rows = logs.config, []
     for split, g in logs.evals.groupby("split", sort=False):
-        s = summarize_curve(g["step"].to_numpy(), g["accuracy"].to_numpy(),
-                            smoothing_window=analysis.smoothing_window,
-                            terminal_k=analysis.terminal_k, cliff_drop=analysis.cliff_drop)
+        s = summarize_curve(
+            g["step"].to_numpy(),
+            g["accuracy"].to_numpy(),
+            smoothing_window=analysis.smoothing_window,
+            terminal_k=analysis.terminal_k,
+            cliff_drop=analysis.cliff_drop,
+        )
         n = int(g["n"].iloc[0]) if len(g) else 0
         base = s["base_acc"]
         # two binomial standard errors of the eval set: the noise floor of a gain
         s["gain_noise"] = 2 * math.sqrt(max(base * (1 - base), 1e-12) / n) if n and not math.isnan(base) else math.nan
-        rows.append({"run": cfg["run"], **run_axes(cfg), "split": split, "n_eval": n,
-                     "max_steps": cfg["training"]["max_steps"], **s})
+        rows.append(
+            {
+                "run": cfg["run"],
+                **run_axes(cfg),
+                "split": split,
+                "n_eval": n,
+                "max_steps": cfg["training"]["max_steps"],
+                **s,
+            }
+        )
     return rows

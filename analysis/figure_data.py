@@ -24,8 +24,14 @@ from analysis.names import CLAIM_TABLES, ROLE_ORDER, WORKFLOW_NAMES, WORKFLOW_OR
 POLICY_COLOURS = {"shared": "#1f77b4", "isolated": "#d62728"}
 POLICY_ORDER = ["shared", "isolated"]
 SCALE_MARKERS = ["o", "s", "^", "D", "v", "P"]
-ROLE_COLOURS = {"generator": "#2ca02c", "evaluator": "#9467bd", "aggregator": "#ff7f0e", "orchestrator": "#8c564b",
-                "worker": "#17becf", "synthesizer": "#e377c2"}
+ROLE_COLOURS = {
+    "generator": "#2ca02c",
+    "evaluator": "#9467bd",
+    "aggregator": "#ff7f0e",
+    "orchestrator": "#8c564b",
+    "worker": "#17becf",
+    "synthesizer": "#e377c2",
+}
 OTHER_ROLE_COLOURS = ["#bcbd22", "#7f7f7f", "#393b79", "#ad494a", "#637939", "#8c6d31"]  # roles of other workflows
 MISSING = dict(ha="center", va="center", color="0.45", fontsize=8, style="italic")
 
@@ -66,17 +72,20 @@ def make_grid(expected: pd.DataFrame | None, summary: pd.DataFrame) -> Grid:
     grid = expected if expected is not None and len(expected) else summary
     has = len(grid) > 0
     present = set(grid["workflow"]) if has else set()
-    return Grid(workflows=ordered(present, WORKFLOW_ORDER) or ["single"],
-                tasks=sorted(set(grid["task"])) if has else ["math"],
-                scales=sorted(set(grid["scale"])) if has else [],
-                policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER)
+    return Grid(
+        workflows=ordered(present, WORKFLOW_ORDER) or ["single"],
+        tasks=sorted(set(grid["task"])) if has else ["math"],
+        scales=sorted(set(grid["scale"])) if has else [],
+        policies=[p for p in POLICY_ORDER if p in set(grid["policy"])] if has else POLICY_ORDER,
+    )
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
     """A table `analyse` wrote as csv; empty when absent or without rows (keep_default_na=False: "" stays "")."""
     try:
-        return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"]) if path.exists() \
-            else pd.DataFrame()
+        return (
+            pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"]) if path.exists() else pd.DataFrame()
+        )
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
 
@@ -94,11 +103,15 @@ def load(results: str | Path) -> Data:
     # the claim tables as `analyse` wrote them (csv: the tables directory holds no parquet); absent ones are empty.
     # They hold every variant: claim 5's dose-response is drawn over them.
     claims = {t: _read_csv(results / "tables" / f"{t}.csv") for t in CLAIM_TABLES}
-    return Data(plain_runs(summary), plain_runs(curves),
-                plain_runs(pd.read_parquet(results / "analysis" / "gradients.parquet")),
-                plain_runs(pd.read_parquet(results / "analysis" / "amplification.parquet")),
-                warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"), claims=claims,
-                summary_all=summary)
+    return Data(
+        plain_runs(summary),
+        plain_runs(curves),
+        plain_runs(pd.read_parquet(results / "analysis" / "gradients.parquet")),
+        plain_runs(pd.read_parquet(results / "analysis" / "amplification.parquet")),
+        warnings=pd.read_parquet(results / "analysis" / "warnings.parquet"),
+        claims=claims,
+        summary_all=summary,
+    )
 
 
 def wf_name(w: str) -> str:
@@ -120,8 +133,18 @@ def roles_in(df: pd.DataFrame) -> list[str]:
 
 def legend_handles(grid: Grid, policies: list[str] | None = None, lines: bool = False) -> list[Line2D]:
     """Policy colours then scale markers: the key every figure shares."""
-    hs = [Line2D([], [], color=POLICY_COLOURS[p], lw=2 if lines else 0, marker=None if lines else "o", ms=7,
-                 label=f"{p} policy") for p in (policies or grid.policies)]
+    hs = [
+        Line2D(
+            [],
+            [],
+            color=POLICY_COLOURS[p],
+            lw=2 if lines else 0,
+            marker=None if lines else "o",
+            ms=7,
+            label=f"{p} policy",
+        )
+        for p in (policies or grid.policies)
+    ]
     hs += [Line2D([], [], color="0.3", lw=0, marker=m, ms=6, label=s) for s, m in grid.markers.items()]
     return hs
 

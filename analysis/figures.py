@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from analysis.claim_figures import CLAIM_FIGURES  # noqa: E402
 from analysis.figure_data import (  # noqa: E402
     MISSING,
     POLICY_COLOURS,
@@ -32,11 +33,10 @@ from analysis.figure_data import (  # noqa: E402
     select,
     wf_name,
 )
-from analysis.claim_figures import CLAIM_FIGURES  # noqa: E402
 from analysis.gradient_figures import isolated_gradients, shared_capture  # noqa: E402
-from analysis.warning_figures import early_warnings  # noqa: E402
 from analysis.gradients import CAPTURE_SHARE  # noqa: E402
 from analysis.names import FIGURE_FORMATS  # noqa: E402
+from analysis.warning_figures import early_warnings  # noqa: E402
 
 
 def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
@@ -72,19 +72,36 @@ def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
                     by = g.groupby("step")["accuracy"]
                     mean, std = by.mean(), by.std().fillna(0.0)
                     colour = POLICY_COLOURS[policy]
-                    ax.plot(mean.index, mean.values, color=colour, marker=grid.markers[scale], ms=3.5, lw=1.2,
-                            markevery=max(len(mean) // 8, 1))
+                    ax.plot(
+                        mean.index,
+                        mean.values,
+                        color=colour,
+                        marker=grid.markers[scale],
+                        ms=3.5,
+                        lw=1.2,
+                        markevery=max(len(mean) // 8, 1),
+                    )
                     if g["seed"].nunique() > 1:
-                        ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour,
-                                        alpha=0.13, lw=0)
+                        ax.fill_between(
+                            mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.13, lw=0
+                        )
                     base = g[g["step"] == 0]["accuracy"].mean()
                     if base == base:
                         ax.axhline(base, color=colour, ls="--", lw=0.8, alpha=0.6)
             if missing and not len(cell):
                 ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
             elif missing:
-                ax.text(0.02, 0.03, "missing: " + ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else ""),
-                        transform=ax.transAxes, ha="left", va="bottom", color="0.45", fontsize=6, style="italic")
+                ax.text(
+                    0.02,
+                    0.03,
+                    "missing: " + ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else ""),
+                    transform=ax.transAxes,
+                    ha="left",
+                    va="bottom",
+                    color="0.45",
+                    fontsize=6,
+                    style="italic",
+                )
             if r == nr - 1:
                 ax.set_xlabel("training step")
                 ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))  # steps are whole numbers
@@ -92,8 +109,9 @@ def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
                 ax.set_ylabel("eval accuracy")
             ax.grid(alpha=0.3)
     handles = legend_handles(grid, lines=True) + [Line2D([], [], color="0.3", ls="--", lw=0.8, label="base model")]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
+    fig.legend(
+        handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0)
+    )
     fig.suptitle("Eval accuracy over training (mean over seeds, band: ±1 std; dashed: base model)", fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
@@ -107,23 +125,32 @@ def _cells(grid: Grid, workflows: list[str]) -> list[tuple[str, str, str]]:
 def peak_vs_terminal(data: Data, grid: Grid) -> plt.Figure:
     """Per cell a dumbbell from peak (filled) to terminal (open) accuracy, mean over seeds; Shared above Isolated."""
     wfs = grid.workflows
-    fig, axes = plt.subplots(1, len(wfs), figsize=(3.3 * len(wfs), 0.45 * len(grid.tasks) * len(grid.scales) + 1.6),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        1,
+        len(wfs),
+        figsize=(3.3 * len(wfs), 0.45 * len(grid.tasks) * len(grid.scales) + 1.6),
+        squeeze=False,
+        sharex=True,
+    )
     s = data.summary
-    means = s.groupby(["workflow", "task", "scale", "policy"])[["peak_acc", "terminal_acc", "base_acc"]].mean() \
-        if len(s) else pd.DataFrame()
+    means = (
+        s.groupby(["workflow", "task", "scale", "policy"])[["peak_acc", "terminal_acc", "base_acc"]].mean()
+        if len(s)
+        else pd.DataFrame()
+    )
     labels = [f"{t} / {sc}" for t in grid.tasks for sc in grid.scales]
     for i, wf in enumerate(wfs):
         ax = axes[0][i]
         policies = ["shared"] if wf == "single" else grid.policies
         for y, (task, scale) in enumerate((t, sc) for t in grid.tasks for sc in grid.scales):
-            for j, policy in enumerate(policies):
+            for _j, policy in enumerate(policies):
                 off = 0.0 if len(policies) == 1 else (0.17 if policy == "shared" else -0.17)
                 key = (wf, task, scale, policy)
                 yy = len(labels) - 1 - y + off
                 if key not in means.index:
-                    ax.text(0.5, yy, f"{policy}: missing", transform=ax.get_yaxis_transform(), **{**MISSING,
-                            "fontsize": 6})
+                    ax.text(
+                        0.5, yy, f"{policy}: missing", transform=ax.get_yaxis_transform(), **{**MISSING, "fontsize": 6}
+                    )
                     continue
                 row = means.loc[key]
                 colour = POLICY_COLOURS[policy]
@@ -140,15 +167,24 @@ def peak_vs_terminal(data: Data, grid: Grid) -> plt.Figure:
     handles = legend_handles(grid) + [
         Line2D([], [], color="0.3", marker="o", lw=0, label="peak (filled)"),
         Line2D([], [], color="0.3", marker="o", mfc="white", lw=0, label="terminal (open)"),
-        Line2D([], [], color="0.3", marker="|", lw=0, ms=8, label="base")]
+        Line2D([], [], color="0.3", marker="|", lw=0, ms=8, label="base"),
+    ]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=7, frameon=False)
     fig.suptitle("Peak vs terminal accuracy per cell (mean over seeds)", fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
-def _heat(ax: plt.Axes, mat: np.ndarray, rows: list[str], cols: list[str], vmax: float, cmap: str, fmt: str,
-          vmin: float | None = None) -> matplotlib.image.AxesImage:
+def _heat(
+    ax: plt.Axes,
+    mat: np.ndarray,
+    rows: list[str],
+    cols: list[str],
+    vmax: float,
+    cmap: str,
+    fmt: str,
+    vmin: float | None = None,
+) -> matplotlib.image.AxesImage:
     """A heatmap with values written in, NaN cells hatched grey and labelled missing."""
     vmin = -vmax if vmin is None else vmin
     im = ax.imshow(np.ma.masked_invalid(mat), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
@@ -171,14 +207,21 @@ def _heat(ax: plt.Axes, mat: np.ndarray, rows: list[str], cols: list[str], vmax:
 def gain_heatmaps(data: Data, grid: Grid) -> plt.Figure:
     """Gain over base (peak, terminal), workflow x (task, scale), one panel per policy; mean over seeds."""
     s = data.summary
-    means = s.groupby(["workflow", "task", "scale", "policy"])[["gain_peak", "gain_terminal"]].mean() \
-        if len(s) else pd.DataFrame()
+    means = (
+        s.groupby(["workflow", "task", "scale", "policy"])[["gain_peak", "gain_terminal"]].mean()
+        if len(s)
+        else pd.DataFrame()
+    )
     cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
     vals = means.to_numpy().ravel() if len(means) else np.array([0.1])
     vmax = max(float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 0.1, 0.01)
-    fig, axes = plt.subplots(2, len(grid.policies), figsize=(0.9 * len(cols) * len(grid.policies) + 4.5,
-                                                              0.55 * len(grid.workflows) * 2 + 3.4), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        2,
+        len(grid.policies),
+        figsize=(0.9 * len(cols) * len(grid.policies) + 4.5, 0.55 * len(grid.workflows) * 2 + 3.4),
+        squeeze=False,
+        layout="constrained",
+    )
     im = None
     for r, gain in enumerate(["gain_peak", "gain_terminal"]):
         for c, policy in enumerate(grid.policies):
@@ -202,8 +245,9 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
     s = data.summary
     rate = s.groupby(["workflow", "task", "scale", "policy"])["cliff"].mean() if len(s) else pd.Series(dtype=float)
     cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
-    fig = plt.figure(figsize=(0.8 * len(cols) * len(grid.policies) + 5.0, 0.55 * len(grid.workflows) + 3.0),
-                     layout="constrained")
+    fig = plt.figure(
+        figsize=(0.8 * len(cols) * len(grid.policies) + 5.0, 0.55 * len(grid.workflows) + 3.0), layout="constrained"
+    )
     gs = fig.add_gridspec(1, len(grid.policies) + 1, width_ratios=[1] * len(grid.policies) + [1.3])
     im = None
     for c, policy in enumerate(grid.policies):
@@ -217,8 +261,7 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
         im = _heat(ax, mat, [wf_name(w) for w in wfs], [f"{t}\n{sc}" for t, sc in cols], 1.0, "Reds", ".2f", vmin=0.0)
         ax.set_title(f"cliff rate, {policy} policy", fontsize=9, color=POLICY_COLOURS[policy])
     heat_axes = list(fig.axes)
-    fig.colorbar(im, ax=heat_axes, shrink=0.8, label="fraction of seeds with a cliff", location="bottom",
-                 aspect=40)
+    fig.colorbar(im, ax=heat_axes, shrink=0.8, label="fraction of seeds with a cliff", location="bottom", aspect=40)
     ax = fig.add_subplot(gs[0, -1])
     cl = s[s["cliff"].astype(bool)] if len(s) else s
     rng = np.random.default_rng(0)
@@ -258,8 +301,13 @@ FIGURE_FUNCTIONS: dict[str, Callable[[Data, Grid], plt.Figure]] = {
 }
 
 
-def render_all(results: str | Path, out_dir: str | Path, expected: pd.DataFrame | None = None,
-               capture_share: float = CAPTURE_SHARE, log=sys.stderr) -> dict[str, float]:
+def render_all(
+    results: str | Path,
+    out_dir: str | Path,
+    expected: pd.DataFrame | None = None,
+    capture_share: float = CAPTURE_SHARE,
+    log=sys.stderr,
+) -> dict[str, float]:
     """Every figure as PNG and PDF; `expected` (the matrix's axes) decides the grid, so missing cells show as
     gaps. Returns seconds per stage (load, each figure) and logs them."""
     t = time.perf_counter()

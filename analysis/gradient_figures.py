@@ -24,6 +24,7 @@ from analysis.figure_data import (  # noqa: E402
     wf_name,
 )
 
+
 def _group_role(amp: pd.DataFrame) -> str | None:
     """The role with parallel agents in a workflow's amplification rows (from its runs' config.json), or None."""
     group = amp[amp["group_role"].astype(bool)]["role"] if len(amp) else []
@@ -95,8 +96,14 @@ def isolated_gradients(data: Data, grid: Grid) -> plt.Figure:
                 for scale in grid.scales:
                     p = select(a, policy=policy, scale=scale)
                     if len(p):
-                        ax.scatter(p["parallel_agents"], p["amplification"], color=POLICY_COLOURS[policy],
-                                   marker=grid.markers[scale], s=22, alpha=0.75)
+                        ax.scatter(
+                            p["parallel_agents"],
+                            p["amplification"],
+                            color=POLICY_COLOURS[policy],
+                            marker=grid.markers[scale],
+                            s=22,
+                            alpha=0.75,
+                        )
                 p = select(a, policy=policy)
                 if len(p) > 1 and p["parallel_agents"].nunique() > 1:
                     m = p.groupby("parallel_agents")["amplification"].mean()
@@ -118,8 +125,7 @@ def shared_capture(data: Data, grid: Grid) -> plt.Figure:
     workflow, columns = task; the median capture step marked, with the role that captures most runs."""
     wfs = grid.multi or grid.workflows
     nr, nc = len(wfs), len(grid.tasks)
-    fig, axes = plt.subplots(nr, nc, figsize=(4.2 * nc + 1.6, 2.3 * nr + 0.6), squeeze=False, sharex=True,
-                             sharey=True)
+    fig, axes = plt.subplots(nr, nc, figsize=(4.2 * nc + 1.6, 2.3 * nr + 0.6), squeeze=False, sharex=True, sharey=True)
     g_sh = select(data.gradients, policy="shared")
     s_sh = select(data.summary, policy="shared")
     all_roles: list[str] = []
@@ -149,19 +155,32 @@ def shared_capture(data: Data, grid: Grid) -> plt.Figure:
                 label = f"captured by {role}: {len(caught)}/{runs['run'].nunique()} runs (shown)"
             roles = roles_in(g)
             all_roles += [x for x in roles if x not in all_roles]
-            lines = {role: _binned_mean(select(g, role=role).dropna(subset=["grad_sq_share"]), "grad_sq_share")
-                     for role in roles}
+            lines = {
+                role: _binned_mean(select(g, role=role).dropna(subset=["grad_sq_share"]), "grad_sq_share")
+                for role in roles
+            }
             frame = pd.DataFrame(lines).sort_index().fillna(0.0)
             ax.stackplot(frame.index, frame.T.values, colors=[role_colour(x) for x in roles], alpha=0.85)
             ax.axhline(data.capture_share, color="black", lw=0.7, ls=":")
-            ax.text(0.02, 0.96, label, fontsize=6.5, ha="left", va="top", transform=ax.transAxes,
-                    bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5))
+            ax.text(
+                0.02,
+                0.96,
+                label,
+                fontsize=6.5,
+                ha="left",
+                va="top",
+                transform=ax.transAxes,
+                bbox=dict(fc="white", ec="none", alpha=0.8, pad=1.5),
+            )
             ax.margins(x=0)
     handles = [plt.Rectangle((0, 0), 1, 1, color=role_colour(x), label=x) for x in all_roles]
-    handles += [Line2D([], [], color="black", ls="--", label="median capture step"),
-                Line2D([], [], color="black", ls=":", lw=0.7, label=f"capture share {data.capture_share:g}")]
+    handles += [
+        Line2D([], [], color="black", ls="--", label="median capture step"),
+        Line2D([], [], color="black", ls=":", lw=0.7, label=f"capture share {data.capture_share:g}"),
+    ]
     fig.legend(handles=handles, loc="center right", fontsize=7, frameon=False)
-    fig.suptitle("Who takes the gradient of a Shared policy (mean over the runs its most frequent capturer took)",
-                 fontsize=10)
+    fig.suptitle(
+        "Who takes the gradient of a Shared policy (mean over the runs its most frequent capturer took)", fontsize=10
+    )
     fig.tight_layout(rect=(0, 0, 0.84, 1))
     return fig

@@ -31,8 +31,14 @@ def _slope_per_100_steps(steps: np.ndarray, values: np.ndarray) -> float:
 CAPTURE_SHARE = 0.6  # config.yaml's analysis.capture_share when it is not given
 
 
-def capture(train: pd.DataFrame, *, cliff_step: float = math.nan, capture_share: float = CAPTURE_SHARE,
-            trend_fraction: float = 0.2, smoothing_steps: int = 10) -> dict[str, Any]:
+def capture(
+    train: pd.DataFrame,
+    *,
+    cliff_step: float = math.nan,
+    capture_share: float = CAPTURE_SHARE,
+    trend_fraction: float = 0.2,
+    smoothing_steps: int = 10,
+) -> dict[str, Any]:
     """Which role captures a shared policy, how much, from when, and the trend of its share before a cliff.
 
     capture_index: the dominant role's share of the squared gradient over the last quarter of training
@@ -49,8 +55,12 @@ def capture(train: pd.DataFrame, *, cliff_step: float = math.nan, capture_share:
         return out
     rows = train[train["policy"] == policies[0]]  # shared: one policy for all roles
     share = rows.pivot_table(index="step", columns="role", values="grad_sq_share", aggfunc="mean").sort_index()
-    share = share.where(~rows.pivot_table(index="step", columns="role", values="skipped", aggfunc="max")
-                        .reindex_like(share).fillna(False).astype(bool))
+    share = share.where(
+        ~rows.pivot_table(index="step", columns="role", values="skipped", aggfunc="max")
+        .reindex_like(share)
+        .fillna(False)
+        .astype(bool)
+    )
     if share.isna().all().all():
         return out
     steps = share.index.to_numpy(dtype=float)
@@ -91,8 +101,14 @@ def amplification(train: pd.DataFrame, group_role: str | None, nominal_agents: f
     rows = []
     for role, r in by_role.iterrows():
         is_group = role == group_role
-        rows.append({"role": role, "group_role": is_group, "grad_norm_mean": float(r["grad_norm"]),
-                     "parallel_agents": float(r["n_turns"] / ref_turns) if is_group and ref_turns else 1.0,
-                     "nominal_agents": float(nominal_agents) if is_group else 1.0,
-                     "amplification": float(r["grad_norm"] / ref_norm) if ref_norm else math.nan})
+        rows.append(
+            {
+                "role": role,
+                "group_role": is_group,
+                "grad_norm_mean": float(r["grad_norm"]),
+                "parallel_agents": float(r["n_turns"] / ref_turns) if is_group and ref_turns else 1.0,
+                "nominal_agents": float(nominal_agents) if is_group else 1.0,
+                "amplification": float(r["grad_norm"] / ref_norm) if ref_norm else math.nan,
+            }
+        )
     return pd.DataFrame(rows)

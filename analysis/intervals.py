@@ -63,8 +63,11 @@ def _binom_cdf(k: int, n: int, p: float) -> float:
     if p >= 1:
         return 0.0
     i = np.arange(k + 1)
-    logs = (np.array([math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in i])
-            + i * math.log(p) + (n - i) * math.log1p(-p))
+    logs = (
+        np.array([math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in i])
+        + i * math.log(p)
+        + (n - i) * math.log1p(-p)
+    )
     return float(min(np.exp(logs).sum(), 1.0))
 
 
@@ -96,8 +99,11 @@ def binom_test(k: int, n: int, p: float = 0.5) -> float:
     if n <= 0:
         return 1.0
     j = np.arange(n + 1)
-    logs = np.array([math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) for x in j]) \
-        + j * math.log(p) + (n - j) * math.log1p(-p)
+    logs = (
+        np.array([math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) for x in j])
+        + j * math.log(p)
+        + (n - j) * math.log1p(-p)
+    )
     pmf = np.exp(logs)
     return float(min(pmf[pmf <= pmf[k] * (1 + 1e-7)].sum(), 1.0))
 
@@ -126,8 +132,9 @@ def _percentile(draws: np.ndarray, level: float) -> tuple[float, float]:
     return float(np.quantile(draws, a)), float(np.quantile(draws, 1 - a))
 
 
-def bootstrap_stat_ci(stat: Callable[[np.ndarray], np.ndarray], n_units: int, rng: np.random.Generator,
-                      n_boot: int, level: float = LEVEL) -> tuple[float, float]:
+def bootstrap_stat_ci(
+    stat: Callable[[np.ndarray], np.ndarray], n_units: int, rng: np.random.Generator, n_boot: int, level: float = LEVEL
+) -> tuple[float, float]:
     """Percentile interval of a statistic over `n_boot` resamples of `n_units` units (NaN with fewer than 2).
 
     `stat` takes an (n_boot, n_units) matrix of unit indices, one resample a row, and returns one value a row
@@ -138,8 +145,14 @@ def bootstrap_stat_ci(stat: Callable[[np.ndarray], np.ndarray], n_units: int, rn
     return _percentile(stat(rng.integers(0, n_units, (n_boot, n_units))), level)
 
 
-def bootstrap_two_groups(stat: Callable[[np.ndarray, np.ndarray], np.ndarray], n1: int, n2: int,
-                         rng: np.random.Generator, n_boot: int, level: float = LEVEL) -> tuple[float, float]:
+def bootstrap_two_groups(
+    stat: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    n1: int,
+    n2: int,
+    rng: np.random.Generator,
+    n_boot: int,
+    level: float = LEVEL,
+) -> tuple[float, float]:
     """As `bootstrap_stat_ci` for two independent groups (e.g. Isolated and Shared runs), each resampled on its
     own: stat(indices1, indices2) with one resample a row; NaN with fewer than 2 units in either."""
     if n1 < 2 or n2 < 2:
@@ -147,8 +160,9 @@ def bootstrap_two_groups(stat: Callable[[np.ndarray, np.ndarray], np.ndarray], n
     return _percentile(stat(rng.integers(0, n1, (n_boot, n1)), rng.integers(0, n2, (n_boot, n2))), level)
 
 
-def bootstrap_mean_ci(values: np.ndarray, rng: np.random.Generator, n_boot: int,
-                      level: float = LEVEL) -> tuple[float, float]:
+def bootstrap_mean_ci(
+    values: np.ndarray, rng: np.random.Generator, n_boot: int, level: float = LEVEL
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean (NaN, NaN with fewer than 2 values)."""
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
@@ -175,6 +189,7 @@ def pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray | float:
     xc, yc = x - x.mean(axis=-1, keepdims=True), y - y.mean(axis=-1, keepdims=True)
     sxx, syy = (xc * xc).sum(axis=-1), (yc * yc).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where((sxx > 1e-12) & (syy > 1e-12) & (x.shape[-1] >= 3), (xc * yc).sum(axis=-1)
-                       / np.sqrt(sxx * syy), np.nan)
+        out = np.where(
+            (sxx > 1e-12) & (syy > 1e-12) & (x.shape[-1] >= 3), (xc * yc).sum(axis=-1) / np.sqrt(sxx * syy), np.nan
+        )
     return float(out) if out.ndim == 0 else out

@@ -23,14 +23,14 @@ FIGURE_FORMATS = ("png", "pdf")
 
 # tables written by `analyse` into results/tables/: stem -> report category
 TABLES = {
-    "summary": "Tables",            # one row per cell: mean and std over seeds
+    "summary": "Tables",  # one row per cell: mean and std over seeds
     "improves_on_base": "Questions",
     "isolated_vs_shared": "Questions",
     "variance_decomposition": "Questions",
     "failure_signatures": "Failure signatures",
-    "skipped_runs": "Runs",         # runs of the matrix not analysed: missing, or left out with why
-    "early_warnings": "Cliffs",     # per early-warning detector: fired before the cliff, lead time, false alarms
-    "cliff_incidence": "Claims",    # the claim tables (CLAIMS below): a statistic with an interval for each
+    "skipped_runs": "Runs",  # runs of the matrix not analysed: missing, or left out with why
+    "early_warnings": "Cliffs",  # per early-warning detector: fired before the cliff, lead time, false alarms
+    "cliff_incidence": "Claims",  # the claim tables (CLAIMS below): a statistic with an interval for each
     "signature_rates": "Claims",
     "amplification_dose": "Claims",
     "capture_onset": "Claims",
@@ -54,8 +54,12 @@ INTERMEDIATE = ("runs", "problems", "curves", "gradients", "amplification", "sig
 # is (its roles, its parallel role) the analysis reads from each run's config.json, and a workflow or role
 # not listed here is shown under its own name, after these.
 WORKFLOW_ORDER = ["single", "eval_opt", "voting", "orch_workers"]
-WORKFLOW_NAMES = {"single": "Single agent", "eval_opt": "Evaluator-Optimizer", "voting": "Voting",
-                  "orch_workers": "Orchestrator-Workers"}
+WORKFLOW_NAMES = {
+    "single": "Single agent",
+    "eval_opt": "Evaluator-Optimizer",
+    "voting": "Voting",
+    "orch_workers": "Orchestrator-Workers",
+}
 ROLE_ORDER = ["generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer"]
 # `variant` (a named config delta of the matrix, trainer/sweep/variants.py) is "" for a plain run: an axis of
 # every grouping, shown in a table only where some run has one (analysis.tables.write_table).

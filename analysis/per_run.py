@@ -14,9 +14,9 @@ import pandas as pd
 
 from analysis import gradients, signatures
 from analysis.agents import agent_facts
+from analysis.curves import curve_rows
 from analysis.names import INTERMEDIATE, as_written, run_axes
 from analysis.runs import RunLogError, RunLogs, load_run, primary_split
-from analysis.curves import curve_rows
 from analysis.settings import AnalysisSettings
 from analysis.settings import eval_every as run_eval_every
 
@@ -33,21 +33,33 @@ def analyse_run(logs: RunLogs, analysis: AnalysisSettings) -> dict[str, pd.DataF
     for row in rows:
         row["primary"] = row["split"] == main
         row.update(agents)
-        cap = gradients.capture(logs.train, cliff_step=row["cliff_step"],
-                                capture_share=analysis.capture_share,
-                                trend_fraction=analysis.capture_trend_fraction)
+        cap = gradients.capture(
+            logs.train,
+            cliff_step=row["cliff_step"],
+            capture_share=analysis.capture_share,
+            trend_fraction=analysis.capture_trend_fraction,
+        )
         row.update(cap)
-        cause, cause_step = signatures.cliff_cause(sigs, row["split"], row["cliff_step"], eval_every) \
-            if row["cliff"] else (None, math.nan)
+        cause, cause_step = (
+            signatures.cliff_cause(sigs, row["split"], row["cliff_step"], eval_every)
+            if row["cliff"]
+            else (None, math.nan)
+        )
         row["cliff_cause"] = cause if cause or not row["cliff"] else "unexplained"
         row["cliff_cause_step"] = cause_step
-        row["signatures"] = ", ".join(sorted(set(
-            sigs[~sigs["at_base"] & (sigs["split"].isna() | (sigs["split"] == row["split"]))]["signature"])))
+        row["signatures"] = ", ".join(
+            sorted(set(sigs[~sigs["at_base"] & (sigs["split"].isna() | (sigs["split"] == row["split"]))]["signature"]))
+        )
     grads = gradients.role_steps(logs.train).assign(**axes)
     amp = gradients.amplification(logs.train, logs.roles.parallel_role, logs.roles.parallel_agents).assign(**axes)
     curves = logs.evals.assign(**axes, primary=logs.evals["split"] == main)
-    return {"runs": pd.DataFrame(rows), "curves": curves, "gradients": grads, "amplification": amp,
-            "signatures": sigs.assign(**axes)}
+    return {
+        "runs": pd.DataFrame(rows),
+        "curves": curves,
+        "gradients": grads,
+        "amplification": amp,
+        "signatures": sigs.assign(**axes),
+    }
 
 
 def summarize_runs(run_dirs: list[str | Path], analysis: AnalysisSettings) -> dict[str, pd.DataFrame]:

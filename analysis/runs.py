@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from trainer.sweep import rundir
+
 # what the analysis reads of each log; pyarrow skips the rest (samples' prompts are most of its bytes)
 TRAIN_COLUMNS = ["step", "role", "policy", "n_turns", "grad_norm", "grad_sq_share", "completion_len_mean", "skipped"]
 # per-agent gradient columns of roles with parallel agents: read where the trainer wrote them (analysis/agents.py)
@@ -36,8 +37,9 @@ class RunLogs:
     roles: rundir.WorkflowRoles  # from config.json: what the analysis knows of the run's workflow
 
 
-def _read(run_dir: Path, name: str, columns: list[str] | None, required: list[str],
-          optional: tuple[str, ...] = ()) -> pd.DataFrame:
+def _read(
+    run_dir: Path, name: str, columns: list[str] | None, required: list[str], optional: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """A parquet file with `columns` (all when None) and those of `optional` it has, naming the run, file and
     required columns it lacks."""
     path = run_dir / name
@@ -56,8 +58,11 @@ def _read(run_dir: Path, name: str, columns: list[str] | None, required: list[st
 def load_run(run_dir: str | Path) -> RunLogs:
     """The run's config and logs, after checking that done.json matches its parquet (RunLogError if not)."""
     run_dir = Path(run_dir)
-    missing = [n for n in (rundir.CONFIG_JSON, rundir.DONE_JSON, rundir.EVAL_PARQUET, rundir.TRAIN_PARQUET)
-               if not (run_dir / n).exists()]
+    missing = [
+        n
+        for n in (rundir.CONFIG_JSON, rundir.DONE_JSON, rundir.EVAL_PARQUET, rundir.TRAIN_PARQUET)
+        if not (run_dir / n).exists()
+    ]
     if missing:
         raise RunLogError(f"{run_dir.name}: missing {', '.join(missing)}")
     try:

@@ -24,31 +24,39 @@ def _setting(default: Any, help: str) -> Any:  # noqa: A002 (the dataclass-field
 class AnalysisSettings:
     """Metric definitions of the analysis (DESIGN.md), with the study's values as defaults."""
 
-    smoothing_window: int = _setting(rundir.SMOOTHING_WINDOW, "Evals in the trailing moving average for the peak: "
-                                                              "one noisy eval is no peak (the trainer keeps it).")
+    smoothing_window: int = _setting(
+        rundir.SMOOTHING_WINDOW,
+        "Evals in the trailing moving average for the peak: one noisy eval is no peak (the trainer keeps it).",
+    )
     terminal_k: int = _setting(3, "terminal_acc is the mean of the last k evals.")
     cliff_drop: float = _setting(0.1, "A cliff: peak - terminal >= cliff_drop, sustained to the end.")
-    capture_share: float = _setting(0.6, "A shared policy is captured when one role holds this share of its "
-                                         "squared gradient.")
-    capture_trend_fraction: float = _setting(0.2, "The capture trend is fitted over this fraction of training "
-                                                  "before a cliff.")
+    capture_share: float = _setting(
+        0.6, "A shared policy is captured when one role holds this share of its squared gradient."
+    )
+    capture_trend_fraction: float = _setting(
+        0.2, "The capture trend is fitted over this fraction of training before a cliff."
+    )
     bootstrap_n: int = _setting(2000, "Bootstrap resamples of the Isolated-Shared differences.")
     bootstrap_seed: int = _setting(0, "Seed of those resamples (tables are reproducible).")
     variance_interactions: bool = _setting(True, "The variance decomposition adds two-way interactions.")
-    signatures: dict[str, float] = _setting({}, "Thresholds of the failure signatures, over "
-                                                "analysis/signatures.py DEFAULT_THRESHOLDS.")
+    signatures: dict[str, float] = _setting(
+        {}, "Thresholds of the failure signatures, over analysis/signatures.py DEFAULT_THRESHOLDS."
+    )
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.signatures) - set(DEFAULT_THRESHOLDS))
         if unknown:
-            raise ValueError(f"analysis.signatures: unknown threshold(s) {unknown}; known are "
-                             f"{sorted(DEFAULT_THRESHOLDS)}")
+            raise ValueError(
+                f"analysis.signatures: unknown threshold(s) {unknown}; known are {sorted(DEFAULT_THRESHOLDS)}"
+            )
         if self.smoothing_window < 1 or self.terminal_k < 1:
-            raise ValueError(f"analysis.smoothing_window ({self.smoothing_window}) and analysis.terminal_k "
-                             f"({self.terminal_k}) must be at least 1")
+            raise ValueError(
+                f"analysis.smoothing_window ({self.smoothing_window}) and analysis.terminal_k "
+                f"({self.terminal_k}) must be at least 1"
+            )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "AnalysisSettings":
+    def from_dict(cls, data: dict[str, Any] | None) -> AnalysisSettings:
         """Settings of config.yaml's `analysis` section; an unknown key is an error naming it."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data or {}) - names)

@@ -18,14 +18,14 @@ import numpy as np
 import pandas as pd
 
 DEFAULT_THRESHOLDS = {
-    "accept_high": 0.95,        # evaluator accepts (almost) everything
-    "accept_low": 0.05,         # evaluator rejects (almost) everything
-    "same_slot": 0.95,          # aggregator picks the same slot (almost) always
-    "ignores_majority": 0.5,    # aggregator departs from a strict voter majority this often
-    "identical_votes": 0.98,    # voters agree (almost) always
-    "single_subtask": 1.05,     # orchestrator plans at most this many subtasks on average
-    "parse_low": 0.5,           # final answers parse this rarely
-    "length_collapse": 0.3,     # a role's completions shrink to this fraction of their early length
+    "accept_high": 0.95,  # evaluator accepts (almost) everything
+    "accept_low": 0.05,  # evaluator rejects (almost) everything
+    "same_slot": 0.95,  # aggregator picks the same slot (almost) always
+    "ignores_majority": 0.5,  # aggregator departs from a strict voter majority this often
+    "identical_votes": 0.98,  # voters agree (almost) always
+    "single_subtask": 1.05,  # orchestrator plans at most this many subtasks on average
+    "parse_low": 0.5,  # final answers parse this rarely
+    "length_collapse": 0.3,  # a role's completions shrink to this fraction of their early length
 }
 
 
@@ -40,16 +40,16 @@ class EvalSignature:
 
 
 EVAL_SIGNATURES = [
-    EvalSignature("evaluator_always_accepts", "evaluator_accept_rate", lambda v, t: v >= t["accept_high"],
-                  "evaluator"),
-    EvalSignature("evaluator_always_rejects", "evaluator_accept_rate", lambda v, t: v <= t["accept_low"],
-                  "evaluator"),
+    EvalSignature("evaluator_always_accepts", "evaluator_accept_rate", lambda v, t: v >= t["accept_high"], "evaluator"),
+    EvalSignature("evaluator_always_rejects", "evaluator_accept_rate", lambda v, t: v <= t["accept_low"], "evaluator"),
     EvalSignature("aggregator_same_slot", "top_slot_share", lambda v, t: v >= t["same_slot"], "aggregator"),
-    EvalSignature("aggregator_ignores_majority", "majority_ignored_rate", lambda v, t: v >= t["ignores_majority"],
-                  "aggregator"),
+    EvalSignature(
+        "aggregator_ignores_majority", "majority_ignored_rate", lambda v, t: v >= t["ignores_majority"], "aggregator"
+    ),
     EvalSignature("voters_identical", "vote_agreement", lambda v, t: v >= t["identical_votes"], "generator"),
-    EvalSignature("orchestrator_stops_decomposing", "subtasks_mean", lambda v, t: v <= t["single_subtask"],
-                  "orchestrator"),
+    EvalSignature(
+        "orchestrator_stops_decomposing", "subtasks_mean", lambda v, t: v <= t["single_subtask"], "orchestrator"
+    ),
     EvalSignature("answers_stop_parsing", "final_answer_parse_rate", lambda v, t: v <= t["parse_low"], "final"),
 ]
 SIGNATURE_NAMES = [s.name for s in EVAL_SIGNATURES] + ["completion_collapse"]
@@ -87,8 +87,10 @@ def majority_ignored(samples: pd.DataFrame) -> pd.DataFrame:
         top, n = counts.most_common(1)[0]
         if n * 2 > len(g):
             rows.setdefault((step, split), []).append(str(g["final_answer"].iloc[0]).strip() != top.strip())
-    return pd.DataFrame([{"step": s, "split": sp, "majority_ignored_rate": float(np.mean(v))}
-                         for (s, sp), v in rows.items()], columns=["step", "split", "majority_ignored_rate"])
+    return pd.DataFrame(
+        [{"step": s, "split": sp, "majority_ignored_rate": float(np.mean(v))} for (s, sp), v in rows.items()],
+        columns=["step", "split", "majority_ignored_rate"],
+    )
 
 
 def eval_signatures(evals: pd.DataFrame, thresholds: dict[str, float]) -> list[dict[str, Any]]:
@@ -107,8 +109,17 @@ def eval_signatures(evals: pd.DataFrame, thresholds: dict[str, float]) -> list[d
             if math.isnan(onset):
                 continue
             at_base = bool(steps[0] == 0 and valid[0] and holds[0])
-            out.append({"split": split, "signature": sig.name, "role": sig.role, "onset_step": onset,
-                        "at_base": at_base, "value_base": float(v[0]), "value_end": float(v[valid][-1])})
+            out.append(
+                {
+                    "split": split,
+                    "signature": sig.name,
+                    "role": sig.role,
+                    "onset_step": onset,
+                    "at_base": at_base,
+                    "value_base": float(v[0]),
+                    "value_end": float(v[valid][-1]),
+                }
+            )
     return out
 
 
@@ -118,19 +129,29 @@ def length_collapse(train: pd.DataFrame, threshold: float, smoothing_steps: int 
     for role, g in train.sort_values("step").groupby("role", sort=False):
         length = g["completion_len_mean"].rolling(smoothing_steps, min_periods=1).mean().to_numpy(dtype=float)
         steps = g["step"].to_numpy(dtype=float)
-        early = np.nanmedian(g["completion_len_mean"].to_numpy(dtype=float)[:max(smoothing_steps, 1)])
+        early = np.nanmedian(g["completion_len_mean"].to_numpy(dtype=float)[: max(smoothing_steps, 1)])
         if not early > 0:
             continue
         valid = ~np.isnan(length)
         onset = sustained_onset(steps, length <= threshold * early, valid)
         if not math.isnan(onset) and onset > steps[0]:
-            out.append({"split": None, "signature": "completion_collapse", "role": role, "onset_step": onset,
-                        "at_base": False, "value_base": float(early), "value_end": float(length[valid][-1])})
+            out.append(
+                {
+                    "split": None,
+                    "signature": "completion_collapse",
+                    "role": role,
+                    "onset_step": onset,
+                    "at_base": False,
+                    "value_base": float(early),
+                    "value_end": float(length[valid][-1]),
+                }
+            )
     return out
 
 
-def run_signatures(evals: pd.DataFrame, train: pd.DataFrame, samples: pd.DataFrame,
-                   thresholds: dict[str, float] | None = None) -> pd.DataFrame:
+def run_signatures(
+    evals: pd.DataFrame, train: pd.DataFrame, samples: pd.DataFrame, thresholds: dict[str, float] | None = None
+) -> pd.DataFrame:
     """Every terminal signature of one run (one row each), reading samples for the aggregator's majority."""
     t = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     unknown = sorted(set(thresholds or {}) - set(DEFAULT_THRESHOLDS))
@@ -139,8 +160,9 @@ def run_signatures(evals: pd.DataFrame, train: pd.DataFrame, samples: pd.DataFra
     if len(samples) and "majority_ignored_rate" not in evals:
         evals = evals.merge(majority_ignored(samples), on=["step", "split"], how="left")
     rows = eval_signatures(evals, t) + length_collapse(train, t["length_collapse"])
-    return pd.DataFrame(rows, columns=["split", "signature", "role", "onset_step", "at_base", "value_base",
-                                       "value_end"])
+    return pd.DataFrame(
+        rows, columns=["split", "signature", "role", "onset_step", "at_base", "value_base", "value_end"]
+    )
 
 
 def cliff_cause(signatures: pd.DataFrame, split: str, cliff_step: float, eval_every: float) -> tuple[str | None, float]:

@@ -22,9 +22,21 @@ def add_single_baseline(summary: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=[f"single_{c}" for c in ("base_acc", "peak_acc", "terminal_acc")])
 
 
-SEED_METRICS = ["base_acc", "peak_acc", "terminal_acc", "gain_peak", "gain_terminal", "gain_noise",
-                "gain_vs_single_base", "gain_vs_single_peak", "gain_vs_single_terminal", "cliff_depth", "peak_step",
-                "cliff_step", "capture_index"]
+SEED_METRICS = [
+    "base_acc",
+    "peak_acc",
+    "terminal_acc",
+    "gain_peak",
+    "gain_terminal",
+    "gain_noise",
+    "gain_vs_single_base",
+    "gain_vs_single_peak",
+    "gain_vs_single_terminal",
+    "cliff_depth",
+    "peak_step",
+    "cliff_step",
+    "capture_index",
+]
 
 
 def aggregate_seeds(summary: pd.DataFrame) -> pd.DataFrame:

@@ -54,21 +54,36 @@ def improves_on_base(summary: pd.DataFrame) -> pd.DataFrame:
     def row(group: str, value: str, g: pd.DataFrame) -> dict:
         n = noise.loc[g.index]
         known = n.notna().all() and len(g)
-        return {"group": group, "value": value, "n_cells": len(g),
-                "share_peak_improves": share(g["gain_peak"] > 0),
-                "share_terminal_improves": share(g["gain_terminal"] > 0),
-                "share_peak_beyond_noise": share(beyond_noise(g["gain_peak"], n)) if known else np.nan,
-                "share_terminal_beyond_noise": share(beyond_noise(g["gain_terminal"], n)) if known else np.nan,
-                "mean_gain_peak": float(g["gain_peak"].mean()) if len(g) else np.nan,
-                "mean_gain_terminal": float(g["gain_terminal"].mean()) if len(g) else np.nan}
+        return {
+            "group": group,
+            "value": value,
+            "n_cells": len(g),
+            "share_peak_improves": share(g["gain_peak"] > 0),
+            "share_terminal_improves": share(g["gain_terminal"] > 0),
+            "share_peak_beyond_noise": share(beyond_noise(g["gain_peak"], n)) if known else np.nan,
+            "share_terminal_beyond_noise": share(beyond_noise(g["gain_terminal"], n)) if known else np.nan,
+            "mean_gain_peak": float(g["gain_peak"].mean()) if len(g) else np.nan,
+            "mean_gain_terminal": float(g["gain_terminal"].mean()) if len(g) else np.nan,
+        }
 
     out.append(row("all", "all", cells))
     for factor in CELL if has_variants(cells) else [f for f in CELL if f != "variant"]:
         for value, g in cells.groupby(factor, sort=True):
             out.append(row(factor, str(value), g))
-    return pd.DataFrame(out, columns=["group", "value", "n_cells", "share_peak_improves", "share_terminal_improves",
-                                      "share_peak_beyond_noise", "share_terminal_beyond_noise",
-                                      "mean_gain_peak", "mean_gain_terminal"])
+    return pd.DataFrame(
+        out,
+        columns=[
+            "group",
+            "value",
+            "n_cells",
+            "share_peak_improves",
+            "share_terminal_improves",
+            "share_peak_beyond_noise",
+            "share_terminal_beyond_noise",
+            "mean_gain_peak",
+            "mean_gain_terminal",
+        ],
+    )
 
 
 def isolated_vs_shared(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -79,12 +94,26 @@ def isolated_vs_shared(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int =
     rows = primary_rows(summary)
     keys = ["workflow", "task", "scale", "variant", "seed"]
     wide = rows.pivot_table(index=keys, columns="policy", values=["peak_acc", "terminal_acc"], aggfunc="mean")
-    cols = ["workflow", "task", "scale", "variant", "n_pairs", "diff_peak", "diff_peak_lo", "diff_peak_hi",
-            "diff_terminal", "diff_terminal_lo", "diff_terminal_hi"]
+    cols = [
+        "workflow",
+        "task",
+        "scale",
+        "variant",
+        "n_pairs",
+        "diff_peak",
+        "diff_peak_lo",
+        "diff_peak_hi",
+        "diff_terminal",
+        "diff_terminal_lo",
+        "diff_terminal_hi",
+    ]
     if not {"shared", "isolated"} <= set(wide.columns.get_level_values(1)):
         return pd.DataFrame(columns=cols)
-    diff = pd.DataFrame({m: wide[(f"{m}_acc", "isolated")] - wide[(f"{m}_acc", "shared")]
-                         for m in ("peak", "terminal")}).dropna().reset_index()
+    diff = (
+        pd.DataFrame({m: wide[(f"{m}_acc", "isolated")] - wide[(f"{m}_acc", "shared")] for m in ("peak", "terminal")})
+        .dropna()
+        .reset_index()
+    )
     rng = np.random.default_rng(seed)
     out = []
 
@@ -106,8 +135,9 @@ def _one_hot(values: pd.Series) -> np.ndarray:
     """Treatment-coded dummies (first level dropped) of one factor."""
     levels = sorted(values.astype(str).unique())
     v = values.astype(str).to_numpy()
-    return np.stack([(v == lvl).astype(float) for lvl in levels[1:]], axis=1) if len(levels) > 1 \
-        else np.zeros((len(v), 0))
+    return (
+        np.stack([(v == lvl).astype(float) for lvl in levels[1:]], axis=1) if len(levels) > 1 else np.zeros((len(v), 0))
+    )
 
 
 def _rss(x: np.ndarray, y: np.ndarray) -> float:
@@ -116,8 +146,9 @@ def _rss(x: np.ndarray, y: np.ndarray) -> float:
     return float(r @ r)
 
 
-def variance_decomposition(summary: pd.DataFrame, factors: list[str] | None = None,
-                           interactions: bool = True) -> pd.DataFrame:
+def variance_decomposition(
+    summary: pd.DataFrame, factors: list[str] | None = None, interactions: bool = True
+) -> pd.DataFrame:
     """Share of the variation of each gain explained by each factor, then each two-way interaction.
 
     Sequential (type I) sums of squares: terms enter in the order given (factors, then their pairs), each
@@ -162,24 +193,49 @@ def variance_decomposition(summary: pd.DataFrame, factors: list[str] | None = No
 def failure_signatures(summary: pd.DataFrame, signatures: pd.DataFrame) -> pd.DataFrame:
     """Per workflow, policy, variant and signature: runs ending in it, cliffs it names, mean onset step."""
     cols = ["workflow", "policy", "variant", "signature", "n_runs", "n_cliffs_named", "onset_step_mean"]
-    sig = signatures[~signatures["at_base"].astype(bool)] if len(signatures) and "at_base" in signatures \
+    sig = (
+        signatures[~signatures["at_base"].astype(bool)]
+        if len(signatures) and "at_base" in signatures
         else pd.DataFrame(columns=["run", "workflow", "policy", "variant", "signature", "onset_step"])
+    )
     sig = with_variant(sig)
     rows = primary_rows(summary)
-    named = rows[rows["cliff"].astype(bool)].groupby(["workflow", "policy", "variant", "cliff_cause"]).size() \
-        if len(rows) and "cliff_cause" in rows else pd.Series(dtype=float)
+    named = (
+        rows[rows["cliff"].astype(bool)].groupby(["workflow", "policy", "variant", "cliff_cause"]).size()
+        if len(rows) and "cliff_cause" in rows
+        else pd.Series(dtype=float)
+    )
     out = []
     for (wf, pol, var, name), g in sig.groupby(["workflow", "policy", "variant", "signature"], sort=True):
-        out.append({"workflow": wf, "policy": pol, "variant": var, "signature": name, "n_runs": g["run"].nunique(),
-                    "n_cliffs_named": int(named.get((wf, pol, var, name), 0)),
-                    "onset_step_mean": float(g["onset_step"].mean())})
+        out.append(
+            {
+                "workflow": wf,
+                "policy": pol,
+                "variant": var,
+                "signature": name,
+                "n_runs": g["run"].nunique(),
+                "n_cliffs_named": int(named.get((wf, pol, var, name), 0)),
+                "onset_step_mean": float(g["onset_step"].mean()),
+            }
+        )
     for (wf, pol, var, name), n in named.items():
         if name == "unexplained":
-            out.append({"workflow": wf, "policy": pol, "variant": var, "signature": "unexplained", "n_runs": int(n),
-                        "n_cliffs_named": int(n), "onset_step_mean": np.nan})
+            out.append(
+                {
+                    "workflow": wf,
+                    "policy": pol,
+                    "variant": var,
+                    "signature": "unexplained",
+                    "n_runs": int(n),
+                    "n_cliffs_named": int(n),
+                    "onset_step_mean": np.nan,
+                }
+            )
     df = pd.DataFrame(out, columns=cols)
-    return df.sort_values(["workflow", "policy", "variant", "signature"], key=lambda s: s.map(workflow_rank)
-                          if s.name == "workflow" else s).reset_index(drop=True)
+    return df.sort_values(
+        ["workflow", "policy", "variant", "signature"],
+        key=lambda s: s.map(workflow_rank) if s.name == "workflow" else s,
+    ).reset_index(drop=True)
 
 
 def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
@@ -193,8 +249,10 @@ def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
     out = agg[CELL + ["n_seeds"]].copy()
     for m in ("base_acc", "peak_acc", "terminal_acc", "gain_peak", "gain_terminal", "gain_vs_single_terminal"):
         if f"{m}_mean" in agg:
-            out[m] = [f"{a:.3f} ± {b:.3f}" if b == b else (f"{a:.3f}" if a == a else "")
-                      for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])]
+            out[m] = [
+                f"{a:.3f} ± {b:.3f}" if b == b else (f"{a:.3f}" if a == a else "")
+                for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])
+            ]
     if "gain_noise_mean" in agg:
         out["gain_noise"] = agg["gain_noise_mean"].round(3)
         for at in ("peak", "terminal"):
@@ -203,8 +261,9 @@ def cell_table(summary: pd.DataFrame, aggregated: pd.DataFrame) -> pd.DataFrame:
     out["cliff_rate"] = agg["cliff_rate"].round(2)
     if "cliff_causes" in agg:
         out["cliff_causes"] = agg["cliff_causes"]
-    return out.sort_values(CELL, key=lambda s: s.map(workflow_rank) if s.name == "workflow" else s
-                           ).reset_index(drop=True)
+    return out.sort_values(CELL, key=lambda s: s.map(workflow_rank) if s.name == "workflow" else s).reset_index(
+        drop=True
+    )
 
 
 def write_table(df: pd.DataFrame, stem: str | Path, formats: tuple[str, ...] = ("csv", "md", "html")) -> list[Path]:

@@ -20,8 +20,16 @@ import pandas as pd
 
 from trainer.sweep import rundir
 
-COLUMNS = ["detector", "runs_cliff", "warned_before_cliff", "hit_rate", "median_lead_steps", "runs_no_cliff",
-           "false_alarms", "false_alarm_rate"]
+COLUMNS = [
+    "detector",
+    "runs_cliff",
+    "warned_before_cliff",
+    "hit_rate",
+    "median_lead_steps",
+    "runs_no_cliff",
+    "false_alarms",
+    "false_alarm_rate",
+]
 
 
 def read_warnings(run_dir: str | Path) -> pd.DataFrame:
@@ -56,11 +64,18 @@ def judge(runs: list[dict[str, Any]], detectors: list[str]) -> pd.DataFrame:
             cliffed += 1
             if onset < run["cliff_step"]:
                 leads.append(run["cliff_step"] - onset)
-        rows.append({"detector": det, "runs_cliff": cliffed, "warned_before_cliff": len(leads),
-                     "hit_rate": len(leads) / cliffed if cliffed else math.nan,
-                     "median_lead_steps": float(np.median(leads)) if leads else math.nan,
-                     "runs_no_cliff": clean, "false_alarms": alarms,
-                     "false_alarm_rate": alarms / clean if clean else math.nan})
+        rows.append(
+            {
+                "detector": det,
+                "runs_cliff": cliffed,
+                "warned_before_cliff": len(leads),
+                "hit_rate": len(leads) / cliffed if cliffed else math.nan,
+                "median_lead_steps": float(np.median(leads)) if leads else math.nan,
+                "runs_no_cliff": clean,
+                "false_alarms": alarms,
+                "false_alarm_rate": alarms / clean if clean else math.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -74,8 +89,18 @@ def onsets_table(run_dirs: list[Path], curves: pd.DataFrame) -> pd.DataFrame:
     for d in run_dirs:
         w = read_warnings(d).sort_values("step", kind="stable").drop_duplicates("detector")
         cliff = float(primary.loc[d.name, "cliff_step"])
-        rows += [{"run": d.name, "policy": primary.loc[d.name, "policy"], "detector": r.detector, "role": r.role,
-                  "step": float(r.step), "cliff_step": cliff, "lead": cliff - float(r.step)} for r in w.itertuples()]
+        rows += [
+            {
+                "run": d.name,
+                "policy": primary.loc[d.name, "policy"],
+                "detector": r.detector,
+                "role": r.role,
+                "step": float(r.step),
+                "cliff_step": cliff,
+                "lead": cliff - float(r.step),
+            }
+            for r in w.itertuples()
+        ]
     return pd.DataFrame(rows, columns=["run", "policy", "detector", "role", "step", "cliff_step", "lead"])
 
 

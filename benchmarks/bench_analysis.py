@@ -79,8 +79,11 @@ def main() -> int:
     logs = (results / "logs" / "analyse.log").read_text() + (results / "logs" / "plot_figures.log").read_text()
     stages = {k: float(v) for k, v in TIMING.findall(logs)}
     jobs = {"figures": job_seconds(results / "benchmarks" / "figures.tsv")}  # one job: analyse, then plot
-    inside = {"figures": stages["load_and_summarise_runs"] + stages["tables"]
-              + sum(v for k, v in stages.items() if k.startswith("figure"))}
+    inside = {
+        "figures": stages["load_and_summarise_runs"]
+        + stages["tables"]
+        + sum(v for k, v in stages.items() if k.startswith("figure"))
+    }
     print(f"\n`snakemake figures` on {len(runs)} runs: {total:.2f}s total (target <= 30s)")
     print(f"  snakemake startup + DAG (dry run)     {dag:6.2f}s")
     print(f"  snakemake scheduling, other           {total - dag - sum(jobs.values()):6.2f}s")

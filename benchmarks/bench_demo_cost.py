@@ -50,10 +50,16 @@ def tree_env(tree: Path, threads: int) -> dict[str, str]:
 def build(tree: Path, out: Path) -> dict:
     """Build `tree`'s tiny base model into `out` on 2 threads; its model.json."""
     env = tree_env(tree, 2)
-    spec = subprocess.run([sys.executable, "-c", SPEC], cwd=tree, env=env, check=True,
-                          capture_output=True, text=True).stdout
-    proc = subprocess.run([sys.executable, "-m", "trainer", "base-model", "--spec", spec, "--out",
-                           str(out / "model.json")], cwd=tree, env=env, capture_output=True, text=True)
+    spec = subprocess.run(
+        [sys.executable, "-c", SPEC], cwd=tree, env=env, check=True, capture_output=True, text=True
+    ).stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "base-model", "--spec", spec, "--out", str(out / "model.json")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise RuntimeError(f"the build in {tree} failed:\n{proc.stderr[-3000:]}")
     return json.loads((out / "model.json").read_text())
@@ -62,12 +68,18 @@ def build(tree: Path, out: Path) -> dict:
 def run_config(tree: Path, run: str, steps: int) -> dict:
     """The run config `tree`'s Snakefile gives `run`, cut to `steps` steps without eval."""
     snakemake = Path(sys.executable).with_name("snakemake")
-    proc = subprocess.run([str(snakemake), "-n", "-p", "--directory", str(tree), f"results/runs/{run}/done.json"],
-                          cwd=tree, env=tree_env(tree, 1), capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(snakemake), "-n", "-p", "--directory", str(tree), f"results/runs/{run}/done.json"],
+        cwd=tree,
+        env=tree_env(tree, 1),
+        capture_output=True,
+        text=True,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if "trainer launch" in ln]
     if not lines:
-        raise RuntimeError(f"no launch command for {run} in {tree}'s dry run:\n"
-                           f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        raise RuntimeError(
+            f"no launch command for {run} in {tree}'s dry run:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        )
     words = shlex.split(lines[0])
     cfg = json.loads(words[words.index("--run-config") + 1])
     cfg["training"].update({"max_steps": steps, "eval_every": steps + 1})
@@ -78,9 +90,24 @@ def step_seconds(tree: Path, cfg: dict, model_json: Path, run_dir: Path) -> floa
     """Mean seconds per train step (after the first) of `cfg` in `tree` on `model_json`."""
     import pandas as pd
 
-    proc = subprocess.run([sys.executable, "-m", "trainer", "launch", "--run-config", json.dumps(cfg),
-                           "--base-model", str(model_json), "--run-dir", str(run_dir)],
-                          cwd=tree, env=tree_env(tree, 1), capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "launch",
+            "--run-config",
+            json.dumps(cfg),
+            "--base-model",
+            str(model_json),
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=tree,
+        env=tree_env(tree, 1),
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise RuntimeError(f"the run in {tree} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
     per_step = pd.read_parquet(run_dir / "train.parquet").groupby("step")["time_s"].max()
@@ -110,13 +137,18 @@ def main(argv: list[str]) -> int:
             info = json.loads(model_json.read_text()) if given else build(tree, model_json.parent)
             step = step_seconds(tree, run_config(tree, args.run, args.steps), model_json, work / "run")
             rows[name] = {"build_s": info["build_time_s"], "step_s": step}
-            print(f"{name}: warm start {info['warm_start']['steps']} steps in {info['build_time_s']:.0f} s "
-                  f"(final loss {info['warm_start']['final_loss']:.3f}); a {args.run} step {step:.2f} s", flush=True)
+            print(
+                f"{name}: warm start {info['warm_start']['steps']} steps in {info['build_time_s']:.0f} s "
+                f"(final loss {info['warm_start']['final_loss']:.3f}); a {args.run} step {step:.2f} s",
+                flush=True,
+            )
     old, new = rows[args.rev], rows["this tree"]
     ratio = (old["build_s"] + old["step_s"]) / (new["build_s"] + new["step_s"])
-    print(f"old / new: warm start {old['build_s'] / new['build_s']:.2f}x, "
-          f"demo step {old['step_s'] / new['step_s']:.2f}x, warm start + one step {ratio:.2f}x "
-          f"(target {args.min_ratio}x each)")
+    print(
+        f"old / new: warm start {old['build_s'] / new['build_s']:.2f}x, "
+        f"demo step {old['step_s'] / new['step_s']:.2f}x, warm start + one step {ratio:.2f}x "
+        f"(target {args.min_ratio}x each)"
+    )
     return 0 if min(old["build_s"] / new["build_s"], old["step_s"] / new["step_s"]) >= args.min_ratio else 1
 
 

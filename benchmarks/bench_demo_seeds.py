@@ -57,10 +57,14 @@ def main(argv: list[str]) -> int:
         multi = table[table["workflow"] != "single"]
         wins = multi[multi["peak_beats_base"] == "yes"]
         cells = ", ".join(f"{r.workflow}x{r.task}x{r.policy}" for r in wins.itertuples())
-        base = ", ".join(f"{task} {g['base_acc'].min():.2f}-{g['base_acc'].max():.2f}"
-                         for task, g in table.groupby("task"))
-        print(f"{model}: RL beats base at peak in {len(wins)} of {len(multi)} multi-agent cells "
-              f"(base accuracy {base}; demo {seconds:.0f} s): {cells}", flush=True)
+        base = ", ".join(
+            f"{task} {g['base_acc'].min():.2f}-{g['base_acc'].max():.2f}" for task, g in table.groupby("task")
+        )
+        print(
+            f"{model}: RL beats base at peak in {len(wins)} of {len(multi)} multi-agent cells "
+            f"(base accuracy {base}; demo {seconds:.0f} s): {cells}",
+            flush=True,
+        )
         failed += len(wins) < args.min_cells
     if args.keep is None:
         shutil.rmtree(root)

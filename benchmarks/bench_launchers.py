@@ -52,9 +52,26 @@ def submit_sleepers(n: int, folder: Path) -> list[str]:
     """n sleeping batch jobs, held (PENDING, in flight, taking no CPU from other users of the cluster); their ids."""
     ids = []
     for i in range(n):
-        out = subprocess.run(["sbatch", "--parsable", "--job-name", "bench-launcher", "--cpus-per-task", "1",
-                              "--mem", "20M", "--hold", "--output", str(folder / f"sleep-{i}.out"), "--wrap", "sleep 60"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--job-name",
+                "bench-launcher",
+                "--cpus-per-task",
+                "1",
+                "--mem",
+                "20M",
+                "--hold",
+                "--output",
+                str(folder / f"sleep-{i}.out"),
+                "--wrap",
+                "sleep 60",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         ids.append(out.strip().split(";")[0])
     return ids
 
@@ -91,8 +108,10 @@ def measure(mode: str, ids: list[str], tmp: Path, poll: float, window: float) ->
     procs = []
     for job_id in ids:
         ready = tmp / f"ready-{mode}-{job_id}"
-        code = (f"from benchmarks.bench_launchers import wait_one; wait_one({job_id!r}, {str(tmp / 'jobs')!r}, "
-                f"{poll}, {str(shared) if mode == 'shared' else None!r}, {str(ready)!r})")
+        code = (
+            f"from benchmarks.bench_launchers import wait_one; wait_one({job_id!r}, {str(tmp / 'jobs')!r}, "
+            f"{poll}, {str(shared) if mode == 'shared' else None!r}, {str(ready)!r})"
+        )
         procs.append((subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT), ready))
     try:
         while not all(r.exists() for _, r in procs):
@@ -112,15 +131,25 @@ def measure(mode: str, ids: list[str], tmp: Path, poll: float, window: float) ->
     calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     inside = [name for t, name in calls if t0 <= float(t) <= t1]
     per_min = 60 / (t1 - t0)
-    return {"squeue_per_min": inside.count("squeue") * per_min, "sacct_per_min": inside.count("sacct") * per_min,
-            "rss_mean_mb": sum(rss) / len(rss), "rss_total_mb": sum(rss)}
+    return {
+        "squeue_per_min": inside.count("squeue") * per_min,
+        "sacct_per_min": inside.count("sacct") * per_min,
+        "rss_mean_mb": sum(rss) / len(rss),
+        "rss_total_mb": sum(rss),
+    }
 
 
 def import_rss_mb(modules: str) -> float:
     """Resident memory of a Python process once it has imported `modules` (a comma list)."""
     code = f"import {modules}; from pathlib import Path; print(Path('/proc/self/status').read_text())"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ).stdout
     return next(int(line.split()[1]) / 1024 for line in out.splitlines() if line.startswith("VmRSS:"))
 
 
@@ -132,18 +161,32 @@ def measure_submissions(n: int, tmp: Path, window_s: float | None) -> dict[str, 
 
     mode = "single" if window_s is None else "array"
     log, runs = tmp / f"sbatch-{mode}.log", tmp / f"runs-{mode}"
-    env = {**os.environ, "PATH": f"{make_shim(tmp / f'shim-{mode}', log, ('sbatch',))}:{os.environ['PATH']}",
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PATH": f"{make_shim(tmp / f'shim-{mode}', log, ('sbatch',))}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+    }
     base = tmp / "model.json"
     base.write_text('{"name": "tiny", "path": "/nonexistent"}')
     procs, t0 = [], time.time()
     for i in range(n):
         rc = resolve_run_config(load_yaml(ROOT / "config.yaml"), parse_run_id(f"single-math-tiny-shared-s{i}"))
-        rc["launcher"].update(backend="slurm", partition="debug", poll_interval_s=5, array_window_s=window_s,
-                              sbatch_extra={"hold": True})
+        rc["launcher"].update(
+            backend="slurm", partition="debug", poll_interval_s=5, array_window_s=window_s, sbatch_extra={"hold": True}
+        )
         rc["resources"].update(cpus=1, mem_gb=0.1, time_min=5)
-        cmd = [sys.executable, "-m", "trainer", "launch", "--run-config", json.dumps(rc), "--base-model", str(base),
-               "--run-dir", str(runs / rc["run"])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "trainer",
+            "launch",
+            "--run-config",
+            json.dumps(rc),
+            "--base-model",
+            str(base),
+            "--run-dir",
+            str(runs / rc["run"]),
+        ]
         procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         while len(list(runs.glob("*/work/job.json"))) < n:
@@ -164,8 +207,10 @@ def measure_submissions(n: int, tmp: Path, window_s: float | None) -> dict[str, 
 def compare_submissions(n: int, window_s: float) -> None:
     """Print sbatch calls with and without arrays for n runs submitted together."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-arrays-"))
-    results = {label: measure_submissions(n, tmp, w) for label, w in (("one job per run", None),
-                                                                      (f"arrays, window {window_s:g}s", window_s))}
+    results = {
+        label: measure_submissions(n, tmp, w)
+        for label, w in (("one job per run", None), (f"arrays, window {window_s:g}s", window_s))
+    }
     print(f"{n} launchers started together (jobs held, never run)")
     print(f"{'mode':<24} {'sbatch calls':>12} {'array/job ids':>13} {'s until all recorded':>21}")
     for label, r in results.items():
@@ -178,8 +223,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--poll", type=float, default=5.0, help="launcher.poll_interval_s")
     parser.add_argument("--window", type=float, default=30.0, help="seconds over which calls are counted")
-    parser.add_argument("--array", action="store_true", help="measure submission: sbatch calls with and without "
-                                                              "job arrays (launcher.array_window_s)")
+    parser.add_argument(
+        "--array",
+        action="store_true",
+        help="measure submission: sbatch calls with and without job arrays (launcher.array_window_s)",
+    )
     parser.add_argument("--array-window", type=float, default=60.0, help="launcher.array_window_s with --array")
     args = parser.parse_args()
     if shutil.which("sbatch") is None:
@@ -197,17 +245,24 @@ def main() -> None:
     print(f"{'mode':<28} {'squeue/min':>10} {'sacct/min':>10} {'RSS/launcher MB':>16} {'RSS total MB':>13}")
     for mode, label in (("each", "one squeue per launcher"), ("shared", "shared snapshot")):
         r = results[mode]
-        print(f"{label:<28} {r['squeue_per_min']:>10.1f} {r['sacct_per_min']:>10.1f} {r['rss_mean_mb']:>16.1f} "
-              f"{r['rss_total_mb']:>13.0f}")
+        print(
+            f"{label:<28} {r['squeue_per_min']:>10.1f} {r['sacct_per_min']:>10.1f} {r['rss_mean_mb']:>16.1f} "
+            f"{r['rss_total_mb']:>13.0f}"
+        )
     each, shared = results["each"], results["shared"]
-    calls = (each["squeue_per_min"] + each["sacct_per_min"]) / max(shared["squeue_per_min"] + shared["sacct_per_min"],
-                                                                    1e-9)
-    print(f"ratio of scheduler calls, one-per-launcher / shared: {calls:.1f}x "
-          f"(ideal {args.runs}x: one call per poll interval for the sweep)")
+    calls = (each["squeue_per_min"] + each["sacct_per_min"]) / max(
+        shared["squeue_per_min"] + shared["sacct_per_min"], 1e-9
+    )
+    print(
+        f"ratio of scheduler calls, one-per-launcher / shared: {calls:.1f}x "
+        f"(ideal {args.runs}x: one call per poll interval for the sweep)"
+    )
     before = import_rss_mb("pandas, pyarrow.parquet, trainer.sweep.launch")  # rundir imported them eagerly
     now = import_rss_mb("trainer.sweep.launch")
-    print(f"launcher imports: {now:.0f} MB now, {before:.0f} MB with pandas/pyarrow as before "
-          f"({before / now:.1f}x; torch never imported)")
+    print(
+        f"launcher imports: {now:.0f} MB now, {before:.0f} MB with pandas/pyarrow as before "
+        f"({before / now:.1f}x; torch never imported)"
+    )
     shutil.rmtree(tmp, ignore_errors=True)
 
 

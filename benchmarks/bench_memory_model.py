@@ -31,8 +31,15 @@ import subprocess
 import sys
 import time
 
-SHAPE = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-         "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128}
+SHAPE = {
+    "vocab_size": 151936,
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+}
 ROLLOUT = {"distinct": 2, "rows": 16, "prompt": 64, "new": 8}
 PREFILL = {"distinct": 2, "rows": 8, "prompt": 128}
 UPDATE = {"rows": 1, "prompt": 64, "completion": 256, "lora_r": 64}
@@ -78,9 +85,20 @@ def run_rollout(model) -> tuple[callable, int]:
 
     def go():
         with torch.no_grad():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=s["new"], min_new_tokens=s["new"],
-                           do_sample=True, temperature=0.7, top_p=1.0, top_k=0, use_cache=True, pad_token_id=0,
-                           past_key_values=shared_prompt_cache(model, ids, mask))
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=s["new"],
+                min_new_tokens=s["new"],
+                do_sample=True,
+                temperature=0.7,
+                top_p=1.0,
+                top_k=0,
+                use_cache=True,
+                pad_token_id=0,
+                past_key_values=shared_prompt_cache(model, ids, mask),
+            )
+
     return go, rollout_chunk_bytes(SHAPE, 4, s["rows"], s["prompt"] + s["new"])
 
 
@@ -98,12 +116,12 @@ def run_prefill(model) -> tuple[callable, int]:
     def go():
         with torch.no_grad():
             kept.append(shared_prompt_cache(model, ids, mask))  # held, as generate holds it
+
     return go, prefill_bytes(SHAPE, 4, s["distinct"], s["rows"], s["prompt"])
 
 
 def run_update(model) -> tuple[callable, int]:
     """One LoRA micro-batch's forward and backward under gradient checkpointing and its predicted peak."""
-    import torch
     from peft import LoraConfig, get_peft_model
 
     from trainer.rl.grpo import per_token_logps
@@ -113,17 +131,27 @@ def run_update(model) -> tuple[callable, int]:
     s = UPDATE
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
-    peft = get_peft_model(model, LoraConfig(r=s["lora_r"], lora_alpha=32, lora_dropout=0.0,
-                                            target_modules="all-linear", task_type="CAUSAL_LM"))
+    peft = get_peft_model(
+        model,
+        LoraConfig(r=s["lora_r"], lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
     peft.train()
     ids, mask = prompts(s["rows"], s["rows"], s["prompt"] + s["completion"])
 
     def go():
         logps, entropy = per_token_logps(peft, ids, mask, s["completion"], 0.7, with_entropy=True)
         (-logps.mean()).backward()
+
     width = s["prompt"] + s["completion"]
-    return go, update_bytes(SHAPE, 4, s["rows"], width, s["completion"], checkpointing=True,
-                            trained_params=lora_parameters(SHAPE, s["lora_r"]))
+    return go, update_bytes(
+        SHAPE,
+        4,
+        s["rows"],
+        width,
+        s["completion"],
+        checkpointing=True,
+        trained_params=lora_parameters(SHAPE, s["lora_r"]),
+    )
 
 
 def measure_one(name: str) -> dict[str, float]:
@@ -140,17 +168,29 @@ def measure_one(name: str) -> dict[str, float]:
     base = status_kib("VmRSS")
     start = time.perf_counter()
     go()
-    return {"moment": name, "predicted": predicted, "measured": (status_kib("VmHWM") - base) * 1024,
-            "seconds": time.perf_counter() - start}
+    return {
+        "moment": name,
+        "predicted": predicted,
+        "measured": (status_kib("VmHWM") - base) * 1024,
+        "seconds": time.perf_counter() - start,
+    }
 
 
 def table(rows: list[dict[str, float]], markdown: bool) -> str:
     """Predicted, measured (MiB) and predicted over measured, one moment a line."""
     shapes = {"rollout": ROLLOUT, "prefill": PREFILL, "update": UPDATE}
     head = ["moment", "shape", "predicted MiB", "measured MiB", "predicted/measured", "s"]
-    lines = [[r["moment"], " ".join(f"{k}={v}" for k, v in shapes[r["moment"]].items()),
-              f"{r['predicted'] / 2**20:.0f}", f"{r['measured'] / 2**20:.0f}",
-              f"{r['predicted'] / r['measured']:.2f}", f"{r['seconds']:.0f}"] for r in rows]
+    lines = [
+        [
+            r["moment"],
+            " ".join(f"{k}={v}" for k, v in shapes[r["moment"]].items()),
+            f"{r['predicted'] / 2**20:.0f}",
+            f"{r['measured'] / 2**20:.0f}",
+            f"{r['predicted'] / r['measured']:.2f}",
+            f"{r['seconds']:.0f}",
+        ]
+        for r in rows
+    ]
     if markdown:
         return "\n".join("| " + " | ".join(x) + " |" for x in [head, ["---"] * len(head)] + lines)
     widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
@@ -168,8 +208,13 @@ def main() -> int:
         return 0
     rows = []
     for name in args.only:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.bench_memory_model", "--one", name],
-                             capture_output=True, text=True, check=True, env={**os.environ, **MALLOC_ENV}).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_memory_model", "--one", name],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, **MALLOC_ENV},
+        ).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
     print(table(rows, args.markdown))
     return 0

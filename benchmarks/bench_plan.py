@@ -73,12 +73,16 @@ def report(before: pd.DataFrame, after: pd.DataFrame, measure_s: float, demo_s: 
     print(f"\ncost plan vs the demo on {cpu_name()} ({cores} runs at once); plan --measure took {measure_s:.0f} s")
     print(df.to_string(float_format=lambda v: f"{v:.2f}"))
     predicted_wall = wall_time_s(df["run_s"].tolist(), cores)
-    print(f"\ntotal run time: predicted {df['run_s'].sum():.0f} s, actual {df['actual_s'].sum():.0f} s, "
-          f"predicted/actual {df['run_s'].sum() / df['actual_s'].sum():.2f} (per run "
-          f"{df['ratio'].min():.2f}-{df['ratio'].max():.2f}); step time predicted/actual "
-          f"{df['step_s'].mean() / df['actual_step_s'].mean():.2f}")
-    print(f"training wall time: predicted {predicted_wall:.0f} s; the whole demo (training, analysis, figures) "
-          f"took {demo_s:.0f} s")
+    print(
+        f"\ntotal run time: predicted {df['run_s'].sum():.0f} s, actual {df['actual_s'].sum():.0f} s, "
+        f"predicted/actual {df['run_s'].sum() / df['actual_s'].sum():.2f} (per run "
+        f"{df['ratio'].min():.2f}-{df['ratio'].max():.2f}); step time predicted/actual "
+        f"{df['step_s'].mean() / df['actual_step_s'].mean():.2f}"
+    )
+    print(
+        f"training wall time: predicted {predicted_wall:.0f} s; the whole demo (training, analysis, figures) "
+        f"took {demo_s:.0f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,7 @@ def main(argv: list[str]) -> int:
         print("error: pooled and one-at-a-time scores differ", file=sys.stderr)
         return 1
     passed = sum(s.score for s in pooled)
-    print(f"{args.n} HumanEval completions ({passed:.0f} correct), {os.cpu_count()} CPUs, "
-          f"pool of {task.workers}")
+    print(f"{args.n} HumanEval completions ({passed:.0f} correct), {os.cpu_count()} CPUs, pool of {task.workers}")
     print(f"{'mode':<14}{'seconds':>10}{'programs/s':>14}")
     print(f"{'one at a time':<14}{t_serial:>10.2f}{args.n / t_serial:>14.1f}")
     print(f"{'pool':<14}{t_pool:>10.2f}{args.n / t_pool:>14.1f}")

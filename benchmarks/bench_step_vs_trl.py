@@ -43,6 +43,7 @@ def timed(obj: Any, name: str, seconds: list[float]) -> None:
             return inner(*args, **kwargs)
         finally:
             seconds.append(time.perf_counter() - t0)
+
     setattr(obj, name, wrapper)
 
 
@@ -64,9 +65,19 @@ def ours(model_dir: Path, args: argparse.Namespace, d: Path) -> tuple[dict[str, 
     """This trainer's step and update times, the prompts it generated for, and its training settings."""
     from trainer.rl.train import Trainer
 
-    cfg = real_scale_config(model_dir, RUN, d / "ours", problems=64, training={
-        "prompts_per_step": args.prompts, "num_generations": args.generations, "max_completion_length": args.tokens,
-        "lora": LORA, "max_steps": args.steps + 1})
+    cfg = real_scale_config(
+        model_dir,
+        RUN,
+        d / "ours",
+        problems=64,
+        training={
+            "prompts_per_step": args.prompts,
+            "num_generations": args.generations,
+            "max_completion_length": args.tokens,
+            "lora": LORA,
+            "max_steps": args.steps + 1,
+        },
+    )
     trainer = Trainer(cfg, d / "ours", log=lambda msg: None)
     torch.set_num_threads(args.threads)
     for m in trainer.policies.modules():
@@ -82,14 +93,16 @@ def ours(model_dir: Path, args: argparse.Namespace, d: Path) -> tuple[dict[str, 
         trainer.train_step(step)
     step_s = (time.perf_counter() - t0) / args.steps
     tokens = sum(r["n_tokens"] for r in trainer.train_rows if r["step"] >= 2) / args.steps
-    first = recorder.prompts[:args.prompts * args.generations:args.generations]  # one per group
+    first = recorder.prompts[: args.prompts * args.generations : args.generations]  # one per group
     rendered = [chat_prompt(trainer.tokenizer, p, trainer.t.enable_thinking) for p in first]
-    return {"step_s": step_s, "update_s": step_s - sum(rollout_s) / args.steps, "tokens": tokens}, rendered, \
-        cfg["training"]
+    return (
+        {"step_s": step_s, "update_s": step_s - sum(rollout_s) / args.steps, "tokens": tokens},
+        rendered,
+        cfg["training"],
+    )
 
 
-def trl(model_dir: Path, prompts: list[str], training: dict, args: argparse.Namespace,
-        d: Path) -> dict[str, float]:
+def trl(model_dir: Path, prompts: list[str], training: dict, args: argparse.Namespace, d: Path) -> dict[str, float]:
     """TRL GRPOTrainer's step and update times on the same model, prompts, adapter and settings."""
     import datasets
     from peft import LoraConfig
@@ -99,19 +112,42 @@ def trl(model_dir: Path, prompts: list[str], training: dict, args: argparse.Name
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     n = args.prompts * args.generations
     config = GRPOConfig(
-        output_dir=str(d / "trl"), report_to="none", use_cpu=True, bf16=False, fp16=False, seed=0,
-        per_device_train_batch_size=n, num_generations=args.generations, gradient_accumulation_steps=1,
-        max_completion_length=args.tokens, temperature=training["temperature"], top_p=training["top_p"],
-        loss_type=training["loss_type"], beta=training["beta"], epsilon=training["epsilon"],
-        epsilon_high=training["epsilon_high"], scale_rewards=training["scale_rewards"],
-        learning_rate=training["learning_rate"], lr_scheduler_type="constant", max_grad_norm=training["max_grad_norm"],
+        output_dir=str(d / "trl"),
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=0,
+        per_device_train_batch_size=n,
+        num_generations=args.generations,
+        gradient_accumulation_steps=1,
+        max_completion_length=args.tokens,
+        temperature=training["temperature"],
+        top_p=training["top_p"],
+        loss_type=training["loss_type"],
+        beta=training["beta"],
+        epsilon=training["epsilon"],
+        epsilon_high=training["epsilon_high"],
+        scale_rewards=training["scale_rewards"],
+        learning_rate=training["learning_rate"],
+        lr_scheduler_type="constant",
+        max_grad_norm=training["max_grad_norm"],
         gradient_checkpointing=training["gradient_checkpointing"],
-        max_steps=args.steps + 1, logging_steps=1, save_strategy="no", dataloader_num_workers=0)
+        max_steps=args.steps + 1,
+        logging_steps=1,
+        save_strategy="no",
+        dataloader_num_workers=0,
+    )
     data = datasets.Dataset.from_list([{"prompt": p} for p in prompts])
     rng = torch.Generator().manual_seed(0)
-    trainer = GRPOTrainer(model=str(model_dir), args=config, train_dataset=data, processing_class=tok,
-                          reward_funcs=lambda completions, **kw: torch.rand(len(completions), generator=rng).tolist(),
-                          peft_config=LoraConfig(**LORA))
+    trainer = GRPOTrainer(
+        model=str(model_dir),
+        args=config,
+        train_dataset=data,
+        processing_class=tok,
+        reward_funcs=lambda completions, **kw: torch.rand(len(completions), generator=rng).tolist(),
+        peft_config=LoraConfig(**LORA),
+    )
     force_length(trainer.model, args.tokens)
     torch.set_num_threads(args.threads)
     generate_s: list[float] = []
@@ -124,12 +160,16 @@ def trl(model_dir: Path, prompts: list[str], training: dict, args: argparse.Name
 
         def on_train_end(self, *a: Any, **k: Any) -> None:
             starts.append(time.perf_counter())
+
     trainer.add_callback(StepClock())
     trainer.train()
     step_s = (starts[-1] - starts[1]) / args.steps  # from the second step's start: the first warms up
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
-    return {"step_s": step_s, "update_s": step_s - sum(generate_s[1:]) / args.steps,
-            "tokens": n * sum(lengths[1:]) / args.steps}
+    return {
+        "step_s": step_s,
+        "update_s": step_s - sum(generate_s[1:]) / args.steps,
+        "tokens": n * sum(lengths[1:]) / args.steps,
+    }
 
 
 def main() -> None:
@@ -147,10 +187,14 @@ def main() -> None:
         model_dir = save_random_qwen3(d / "model", tok, hidden_size=128, num_hidden_layers=4)
         mine, prompts, training = ours(model_dir, args, d)
         theirs = trl(model_dir, prompts, training, args, d)
-    print(f"single-role GRPO step, {args.prompts}x{args.generations} prompts x rollouts, {args.tokens} tokens forced, "
-          f"LoRA r{LORA['r']}, vocabulary {len(tok)}, {args.threads} threads")
-    print(f"{'':8} {'ours s':>8} {'TRL s':>8} {'ours/TRL':>9}   (tokens per step: ours {mine['tokens']:.0f}, "
-          f"TRL {theirs['tokens']:.0f})")
+    print(
+        f"single-role GRPO step, {args.prompts}x{args.generations} prompts x rollouts, {args.tokens} tokens forced, "
+        f"LoRA r{LORA['r']}, vocabulary {len(tok)}, {args.threads} threads"
+    )
+    print(
+        f"{'':8} {'ours s':>8} {'TRL s':>8} {'ours/TRL':>9}   (tokens per step: ours {mine['tokens']:.0f}, "
+        f"TRL {theirs['tokens']:.0f})"
+    )
     for key, label in (("step_s", "step"), ("update_s", "update")):
         print(f"{label:8} {mine[key]:8.3f} {theirs[key]:8.3f} {mine[key] / theirs[key]:8.2f}x")
 

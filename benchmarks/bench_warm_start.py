@@ -31,8 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 TASKS = ("math", "code")
 # the demo's CPU settings (config.yaml scales.tiny.env) and one tokenizer thread
-ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
-       "TOKENIZERS_PARALLELISM": "false"}
+ENV = {
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def build(out: Path, seed: int, split: int, threads: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -44,8 +46,22 @@ def build(out: Path, seed: int, split: int, threads: int, extra: dict[str, Any])
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **ENV, "OMP_NUM_THREADS": str(threads)}
     with open(out / "build.log", "w") as log:
-        proc = subprocess.run([sys.executable, "-m", "trainer", "base-model", "--spec", json.dumps(spec),
-                               "--out", str(out / "model.json")], cwd=ROOT, env=env, stdout=log, stderr=log)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer",
+                "base-model",
+                "--spec",
+                json.dumps(spec),
+                "--out",
+                str(out / "model.json"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
     if proc.returncode:
         raise RuntimeError(f"building seed {seed} split {split} failed: see {out / 'build.log'}")
     return json.loads((out / "model.json").read_text())
@@ -54,8 +70,13 @@ def build(out: Path, seed: int, split: int, threads: int, extra: dict[str, Any])
 def base_accuracy(model_json: Path, threads: int) -> dict[str, float]:
     """The single workflow's eval accuracy at step 0 of a demo run, per task, greedy and sampled."""
     env = {**os.environ, **ENV, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run([sys.executable, __file__, "--evaluate", str(model_json), "--threads", str(threads)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--evaluate", str(model_json), "--threads", str(threads)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise RuntimeError(f"evaluating {model_json} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -91,9 +112,14 @@ def one(args: argparse.Namespace, seed: int, split: int, threads: int) -> dict[s
     out = Path(args.out) / f"s{seed}-m{split}"
     t0 = time.perf_counter()
     info = build(out, seed, split, threads, json.loads(args.tiny))
-    row = {"seed": seed, "split": split, "steps": info["warm_start"]["steps"],
-           "final_loss": info["warm_start"]["final_loss"],
-           "build_s": time.perf_counter() - t0, "threads": threads}
+    row = {
+        "seed": seed,
+        "split": split,
+        "steps": info["warm_start"]["steps"],
+        "final_loss": info["warm_start"]["final_loss"],
+        "build_s": time.perf_counter() - t0,
+        "threads": threads,
+    }
     row.update(base_accuracy(out / "model.json", threads))
     print(json.dumps(row), flush=True)
     return row
@@ -103,7 +129,9 @@ def main(argv: list[str]) -> int:
     """Build every (seed, split), print the table, check the targets."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-    ap.add_argument("--splits", type=int, nargs="+", default=[4, 8], help="warm_start_micro_batches values (4: the demo's)")
+    ap.add_argument(
+        "--splits", type=int, nargs="+", default=[4, 8], help="warm_start_micro_batches values (4: the demo's)"
+    )
     ap.add_argument("--jobs", type=int, default=2, help="builds side by side (the cores are shared among them)")
     ap.add_argument("--target-loss", type=float, default=0.1, help="every final loss must be below this (README)")
     ap.add_argument("--min-accuracy", type=float, default=0.25, help="every base accuracy must be at least this")
@@ -125,9 +153,11 @@ def main(argv: list[str]) -> int:
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     accuracies = table[[f"{t}_{k}" for t in TASKS for k in ("greedy", "sampled")]]
     failed = table[(table["final_loss"] >= args.target_loss) | (accuracies < args.min_accuracy).any(axis=1)]
-    print(f"final loss {table['final_loss'].min():.3f}-{table['final_loss'].max():.3f} (target < {args.target_loss}); "
-          f"base accuracy {accuracies.min().min():.3f}-{accuracies.max().max():.3f} (at least {args.min_accuracy}); "
-          f"build {table['build_s'].min():.0f}-{table['build_s'].max():.0f} s on {threads} thread(s) each")
+    print(
+        f"final loss {table['final_loss'].min():.3f}-{table['final_loss'].max():.3f} (target < {args.target_loss}); "
+        f"base accuracy {accuracies.min().min():.3f}-{accuracies.max().max():.3f} (at least {args.min_accuracy}); "
+        f"build {table['build_s'].min():.0f}-{table['build_s'].max():.0f} s on {threads} thread(s) each"
+    )
     if len(failed):
         print(f"FAIL: {len(failed)} of {len(table)} builds miss the targets:\n{failed.to_string(index=False)}")
         return 1

@@ -27,13 +27,16 @@ from trainer.sweep import rundir
 def judged_planted_runs(out: Path, steps: int, seeds: int) -> tuple[pd.DataFrame, int]:
     """The judged table over the planted runs of 3 workflows x 2 tasks x 2 policies x `seeds`; and the run count."""
     runs = []
-    cells = itertools.product(["eval_opt", "voting", "orch_workers"], ["math", "code"], ["shared", "isolated"],
-                              range(seeds))
+    cells = itertools.product(
+        ["eval_opt", "voting", "orch_workers"], ["math", "code"], ["shared", "isolated"], range(seeds)
+    )
     for wf, task, policy, seed in cells:
         run = f"{wf}-{task}-qwen3-0.6b-{policy}-s{seed}"
         planted_run(out / run, run, steps=steps)
         warnings = warnings_from_train(pd.read_parquet(out / run / rundir.TRAIN_PARQUET))
-        rundir.write_parquet_atomic(rundir.to_table(warnings, rundir.WARNINGS_SCHEMA), out / run / rundir.WARNINGS_PARQUET)
+        rundir.write_parquet_atomic(
+            rundir.to_table(warnings, rundir.WARNINGS_SCHEMA), out / run / rundir.WARNINGS_PARQUET
+        )
         evals = pd.read_parquet(out / run / rundir.EVAL_PARQUET)
         curve = summarize_curve(evals["step"].to_numpy(), evals["accuracy"].to_numpy(), smoothing_window=2)
         runs.append({"cliff_step": curve["cliff_step"], "warnings": warnings})

@@ -44,18 +44,45 @@ from benchmarks import device_stand_ins as env
 MEASURED = env.ROOT / "benchmarks" / "measured"
 LIMIT_BYTES = 64 * 2**20  # what may travel to the GPU machine
 # the published shapes (Qwen/Qwen3-0.6B and -1.7B config.json), weights random; tiny: the CPU rehearsal's
-COMMON = {"num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-          "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 40960,
-          "tie_word_embeddings": True, "vocab_size": 151936, "bos_token_id": 151643, "eos_token_id": 151645,
-          "pad_token_id": 151643}
-SHAPES = {"0.6b": {**COMMON, "hidden_size": 1024, "intermediate_size": 3072},
-          "1.7b": {**COMMON, "hidden_size": 2048, "intermediate_size": 6144},
-          "tiny": {**COMMON, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}}
+COMMON = {
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": True,
+    "vocab_size": 151936,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "pad_token_id": 151643,
+}
+SHAPES = {
+    "0.6b": {**COMMON, "hidden_size": 1024, "intermediate_size": 3072},
+    "1.7b": {**COMMON, "hidden_size": 2048, "intermediate_size": 6144},
+    "tiny": {
+        **COMMON,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    },
+}
 SCALE_OF = {"0.6b": "qwen3-0.6b", "1.7b": "qwen3-1.7b", "tiny": "qwen3-0.6b"}
 MODEL_IDS = {"0.6b": "Qwen/Qwen3-0.6B", "1.7b": "Qwen/Qwen3-1.7B"}  # what the cost plan looks rates up by
-COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list", "barrier",
-               "all_gather_into_tensor", "reduce_scatter_tensor")
+COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_object",
+    "broadcast_object_list",
+    "barrier",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+)
 
 
 def count_collectives(counts: dict[str, int]) -> None:
@@ -118,8 +145,9 @@ def write_problems(path: Path, n: int) -> Path:
     return path
 
 
-def run_config(size: str, model_dir: Path, data: Path, mode: str, args: argparse.Namespace,
-               device: str) -> dict[str, Any]:
+def run_config(
+    size: str, model_dir: Path, data: Path, mode: str, args: argparse.Namespace, device: str
+) -> dict[str, Any]:
     """config.json of one device-check run: config.yaml's voting run at the scale, its model the saved one,
     its tasks the local sums, the step at the chosen size."""
     from trainer.sweep.config import load_yaml, resolve_run_config
@@ -130,13 +158,24 @@ def run_config(size: str, model_dir: Path, data: Path, mode: str, args: argparse
     scale = SCALE_OF[size]
     config["scales"][scale]["model"] = str(model_dir)
     source = {"source": "local", "path": str(data), "question_field": "question", "answer_field": "answer"}
-    config["tasks"]["math"] = {"max_completion_length": args.tokens, "train": source,
-                               "eval": [{**source, "name": "sums"}]}
+    config["tasks"]["math"] = {
+        "max_completion_length": args.tokens,
+        "train": source,
+        "eval": [{**source, "name": "sums"}],
+    }
     rc = resolve_run_config(config, parse_run_id(f"voting-math-{scale}-{mode}-s0"))
     rc["resources"].update({"gpus": 1 if device.startswith("cuda") else 0, "cpus": args.cpus})
-    rc["training"].update({"max_steps": 1, "prompts_per_step": args.prompts, "num_generations": args.generations,
-                           "max_completion_length": args.tokens, "eval_problems": max(args.eval_problems, 1),
-                           "eval_samples": 1, "generation_backend": "hf"})
+    rc["training"].update(
+        {
+            "max_steps": 1,
+            "prompts_per_step": args.prompts,
+            "num_generations": args.generations,
+            "max_completion_length": args.tokens,
+            "eval_problems": max(args.eval_problems, 1),
+            "eval_samples": 1,
+            "generation_backend": "hf",
+        }
+    )
     info = {"path": str(model_dir), "local": True, "model": str(model_dir)}
     return {**rc, "base_model": info, **role_facts("voting", rc["workflow_params"]), "config_hash": "device-check"}
 
@@ -145,9 +184,11 @@ def memory(device: str) -> dict[str, float | None]:
     """GiB allocated now, and allocated and reserved at the peak since the last reset (None on CPU); then reset."""
     if not device.startswith("cuda"):
         return {"allocated_gib": None, "peak_allocated_gib": None, "peak_reserved_gib": None}
-    out = {"allocated_gib": torch.cuda.memory_allocated() / 2**30,
-           "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-           "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30}
+    out = {
+        "allocated_gib": torch.cuda.memory_allocated() / 2**30,
+        "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+    }
     torch.cuda.reset_peak_memory_stats()
     return out
 
@@ -158,8 +199,9 @@ def sync(device: str) -> float:
     return time.perf_counter()
 
 
-def one_run(size: str, model_dir: Path, data: Path, mode: str, args: argparse.Namespace, work: Path,
-            ranks: Any) -> dict[str, Any]:
+def one_run(
+    size: str, model_dir: Path, data: Path, mode: str, args: argparse.Namespace, work: Path, ranks: Any
+) -> dict[str, Any]:
     """Rollout, update of every policy, and (shared) eval of one run; times, memory and chunking."""
     from trainer.rl.rollout import generation_budget_bytes
     from trainer.rl.train import Trainer
@@ -168,28 +210,40 @@ def one_run(size: str, model_dir: Path, data: Path, mode: str, args: argparse.Na
     cfg = run_config(size, model_dir, data, mode, args, device)
     trainer = Trainer(cfg, work / mode, log=lambda msg: None, ranks=ranks)
     unverified = []  # math-verify is not on the GPU image: an answer it would judge counts as wrong
-    trainer.task.pool.call = lambda request: unverified.append(request) or {"parsed": False, "ok": False,
-                                                                             "error": "not verified here"}
+    trainer.task.pool.call = lambda request: (
+        unverified.append(request) or {"parsed": False, "ok": False, "error": "not verified here"}
+    )
     # the KV-cache budget the HF backend chunks each generate call by, as it computes it before the rollout;
     # compare: rollout_memory's peak less before_rollout's allocated (the KV cache plus one step's logits)
-    out: dict[str, Any] = {"mode": mode, "policies": len(list(trainer.policies)),
-                           "kv_budget_gib": generation_budget_bytes(trainer.t.generation_memory_gb, device) / 2**30,
-                           "micro_batch_tokens": trainer.t.micro_batch_tokens, "before_rollout": memory(device)}
+    out: dict[str, Any] = {
+        "mode": mode,
+        "policies": len(list(trainer.policies)),
+        "kv_budget_gib": generation_budget_bytes(trainer.t.generation_memory_gb, device) / 2**30,
+        "micro_batch_tokens": trainer.t.micro_batch_tokens,
+        "before_rollout": memory(device),
+    }
     t0 = sync(device)
     episodes, _ = trainer.rollout(1)
     t1 = sync(device)
     turns = [t for ep in episodes for t in ep.turns]
-    out |= {"rollout_s": t1 - t0, "episodes": len(episodes), "generate_chunks": trainer.generate.chunks,
-            "generated_tokens": sum(len(t.completion.completion_ids) for t in turns),
-            "rollout_memory": memory(device)}
+    out |= {
+        "rollout_s": t1 - t0,
+        "episodes": len(episodes),
+        "generate_chunks": trainer.generate.chunks,
+        "generated_tokens": sum(len(t.completion.completion_ids) for t in turns),
+        "rollout_memory": memory(device),
+    }
     for i, turn in enumerate(turns):
         turn.advantage = (i % 4) - 1.5  # fixed, non-zero: every role's rows take part in the update
     stats = {}
     for policy in trainer.policies:
         stats[policy.name] = trainer.update(policy, trainer.ranks.shard(trainer.policy_rows(policy, turns)))
     t2 = sync(device)
-    out |= {"update_s": t2 - t1, "update_memory": memory(device),
-            "loss_finite": all(math.isfinite(s.get("loss", math.nan)) for p in stats.values() for s in p.values())}
+    out |= {
+        "update_s": t2 - t1,
+        "update_memory": memory(device),
+        "loss_finite": all(math.isfinite(s.get("loss", math.nan)) for p in stats.values() for s in p.values()),
+    }
     if mode == "shared" and args.eval_problems:
         trainer.evaluate(0)
         out |= {"eval_s": sync(device) - t2, "eval_problems": args.eval_problems, "eval_memory": memory(device)}
@@ -202,20 +256,29 @@ def record_plan_rate(size: str, run: dict[str, Any], device: str, directory: Pat
     """The shared run's generated and trained tokens per second, for the cost plan of this GPU."""
     from trainer.sweep.measured import record_rate
 
-    record_rate({"model": MODEL_IDS[size], "backend": "hf", "workflow": "voting", "task": "math",
-                 "generate_tokens_per_s": run["generated_tokens"] / run["rollout_s"],
-                 "update_tokens_per_s": run["generated_tokens"] / run["update_s"],
-                 "peak_gpu_gib": run["update_memory"]["peak_allocated_gib"],
-                 "measured_by": "device_check voting shared, random weights (every completion at full length)"},
-                device, directory)
-
+    record_rate(
+        {
+            "model": MODEL_IDS[size],
+            "backend": "hf",
+            "workflow": "voting",
+            "task": "math",
+            "generate_tokens_per_s": run["generated_tokens"] / run["rollout_s"],
+            "update_tokens_per_s": run["generated_tokens"] / run["update_s"],
+            "peak_gpu_gib": run["update_memory"]["peak_allocated_gib"],
+            "measured_by": "device_check voting shared, random weights (every completion at full length)",
+        },
+        device,
+        directory,
+    )
 
 
 def print_carried() -> None:
     """What travels to the GPU machine, each with its size, and the total against the limit."""
     rows = env.carried_files()
     for what, size in rows:
-        print(f"{what:55} {'MISSING: bash benchmarks/device_check.sh fetch' if size < 0 else f'{size / 2**20:8.2f} MiB'}")
+        print(
+            f"{what:55} {'MISSING: bash benchmarks/device_check.sh fetch' if size < 0 else f'{size / 2**20:8.2f} MiB'}"
+        )
     total = sum(max(size, 0) for _, size in rows)
     print(f"{'total':55} {total / 2**20:8.2f} MiB of {LIMIT_BYTES / 2**20:.0f} MiB")
     print("carry: .whl (run's `carry` argument; the tracked files travel with the working tree)")
@@ -236,9 +299,14 @@ def prepare(tmp: Path, hidden: list[str]) -> tuple[Path, dict[str, Any]]:
         sys.modules["trl.trainer.utils"] = stand_in
         path = "trl 1.16's fused Triton kernel" if stand_in.fused_kernel else "the plain torch path"
         trl = f"stand-in: {path} (kernel file from {kernel_from})"
-    return tokenizer, {"torch": torch.__version__, "transformers": version("transformers"), "peft": version("peft"),
-                       "trl.trainer.utils": trl, "tokenizer": f"Qwen3's, from {tokenizer_from}",
-                       "hidden_packages": hidden}
+    return tokenizer, {
+        "torch": torch.__version__,
+        "transformers": version("transformers"),
+        "peft": version("peft"),
+        "trl.trainer.utils": trl,
+        "tokenizer": f"Qwen3's, from {tokenizer_from}",
+        "hidden_packages": hidden,
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -271,11 +339,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     counts: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, facts = prepare(Path(tmp), hidden)
-        report = {"device": name, **facts, "backend": join_group("cuda:0" if cuda else "cpu"),
-                  "device_memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda else None,
-                  "settings": {"prompts": args.prompts, "rollouts": args.generations, "tokens": args.tokens,
-                               "dtype": "bfloat16" if cuda else "float32", "workflow": "voting"},
-                  "runs": {}, "skipped": [], "collectives": counts}
+        report = {
+            "device": name,
+            **facts,
+            "backend": join_group("cuda:0" if cuda else "cpu"),
+            "device_memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda else None,
+            "settings": {
+                "prompts": args.prompts,
+                "rollouts": args.generations,
+                "tokens": args.tokens,
+                "dtype": "bfloat16" if cuda else "float32",
+                "workflow": "voting",
+            },
+            "runs": {},
+            "skipped": [],
+            "collectives": counts,
+        }
         count_collectives(counts)
         ranks = group_ranks()
         data = write_problems(Path(tmp) / "sums.jsonl", max(args.prompts, args.eval_problems, 1))
@@ -284,8 +363,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 if time.perf_counter() - start > args.deadline_s:
                     report["skipped"].append(f"{size}: past --deadline-s {args.deadline_s:g}")
                     continue
-                model = save_model(Path(tmp) / size / "model", size, torch.bfloat16 if cuda else torch.float32,
-                                   tokenizer)
+                model = save_model(
+                    Path(tmp) / size / "model", size, torch.bfloat16 if cuda else torch.float32, tokenizer
+                )
                 for mode in ("shared", "isolated"):
                     run = one_run(size, model, data, mode, args, Path(tmp) / size, ranks)
                     report["runs"].setdefault(size, []).append(run)

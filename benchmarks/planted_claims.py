@@ -49,14 +49,33 @@ class Effects:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-PLANTED = Effects(cliff_p=(0.15, 0.8), peak_step=(50, 35),
-                  rates={"evaluator_accept_rate": (0.5, 0.7), "top_slot_share": (0.4, 0.6),
-                         "vote_agreement": (0.5, 0.65), "final_answer_parse_rate": (0.95, 0.85)},
-                  amp_slope=(0.0, 0.3), drop_per_index=0.04, capture_lead=30.0)
-NULL = Effects(cliff_p=(0.45, 0.45), peak_step=(40, 40),
-               rates={"evaluator_accept_rate": (0.6, 0.6), "top_slot_share": (0.5, 0.5),
-                      "vote_agreement": (0.55, 0.55), "final_answer_parse_rate": (0.9, 0.9)},
-               amp_slope=(0.0, 0.0), drop_per_index=0.0, capture_lead=0.0, capture_spread=15.0)
+PLANTED = Effects(
+    cliff_p=(0.15, 0.8),
+    peak_step=(50, 35),
+    rates={
+        "evaluator_accept_rate": (0.5, 0.7),
+        "top_slot_share": (0.4, 0.6),
+        "vote_agreement": (0.5, 0.65),
+        "final_answer_parse_rate": (0.95, 0.85),
+    },
+    amp_slope=(0.0, 0.3),
+    drop_per_index=0.04,
+    capture_lead=30.0,
+)
+NULL = Effects(
+    cliff_p=(0.45, 0.45),
+    peak_step=(40, 40),
+    rates={
+        "evaluator_accept_rate": (0.6, 0.6),
+        "top_slot_share": (0.5, 0.5),
+        "vote_agreement": (0.55, 0.55),
+        "final_answer_parse_rate": (0.9, 0.9),
+    },
+    amp_slope=(0.0, 0.0),
+    drop_per_index=0.0,
+    capture_lead=0.0,
+    capture_spread=15.0,
+)
 
 RATE_WORKFLOW = {"evaluator_accept_rate": "eval_opt", "top_slot_share": "voting", "vote_agreement": "voting"}
 CELLS = [("voting", k) for k in (2, 4, 6)] + [("orch_workers", k) for k in (2, 4, 6)] + [("eval_opt", 0)]
@@ -65,6 +84,7 @@ CELLS = [("voting", k) for k in (2, 4, 6)] + [("orch_workers", k) for k in (2, 4
 def _accuracy(peak_step: int, cliff_step: int | None, slow_drop: float, depth: float):
     """A tent: 0.3 rising to 0.6 at peak_step, then a slow decline of `slow_drop` to the end, and a cliff of
     `depth`."""
+
     def acc(x: float) -> float:
         a = 0.3 + 0.3 * min(x / peak_step, 1.0)
         if x > peak_step:
@@ -72,6 +92,7 @@ def _accuracy(peak_step: int, cliff_step: int | None, slow_drop: float, depth: f
         if cliff_step is not None and x >= cliff_step:
             a -= depth
         return float(a)
+
     return acc
 
 
@@ -108,8 +129,9 @@ def _add_agent_columns(run_dir: Path, group: str | None, k: int, index: float, r
     rundir.write_parquet_atomic(t, path)
 
 
-def _plant_run(out: Path, wf: str, k: int, policy: str, seed: int, eff: Effects,
-               rng: np.random.Generator) -> dict[str, Any]:
+def _plant_run(
+    out: Path, wf: str, k: int, policy: str, seed: int, eff: Effects, rng: np.random.Generator
+) -> dict[str, Any]:
     """One run of the sweep; returns what was planted."""
     p = POLICIES.index(policy)
     plain = f"{wf}-math-qwen3-0.6b-{policy}-s{seed}"
@@ -126,19 +148,35 @@ def _plant_run(out: Path, wf: str, k: int, policy: str, seed: int, eff: Effects,
     cliff_step = int(peak + EVAL_EVERY * rng.integers(2, 5)) if cliff else None
     shares = None
     if policy == "shared" and len(roles) > 1:
-        t_cap = (cliff_step if cliff else peak) - eff.capture_lead - detector_delay(len(roles)) \
+        t_cap = (
+            (cliff_step if cliff else peak)
+            - eff.capture_lead
+            - detector_delay(len(roles))
             + rng.uniform(-1, 1) * eff.capture_spread
+        )
         shares = _capture_shares(roles, group or roles[0], t_cap)
-    rate = {c: (lambda x, r=r[p]: float(rng.binomial(200, r)) / 200) for c, r in eff.rates.items()
-            if RATE_WORKFLOW.get(c, wf) == wf}
+    rate = {
+        c: (lambda x, r=r[p]: float(rng.binomial(200, r)) / 200)
+        for c, r in eff.rates.items()
+        if RATE_WORKFLOW.get(c, wf) == wf
+    }
     if wf == "eval_opt":
         rate["mean_iterations"] = lambda x: 1.5
     parse = rate.pop("final_answer_parse_rate")
     params = {"voting": {"n_votes": k}, "orch_workers": {"max_subtasks": k}}.get(wf, {})
     run_dir = out / run
-    write_synthetic_run(run_dir, plain, steps=STEPS, eval_every=EVAL_EVERY, accuracy=_accuracy(peak, cliff_step, slow, depth),
-                        seed=int(rng.integers(2 ** 31)), diagnostics=rate, grad_sq_share=shares, parse_rate=parse,
-                        workflow_params=params)
+    write_synthetic_run(
+        run_dir,
+        plain,
+        steps=STEPS,
+        eval_every=EVAL_EVERY,
+        accuracy=_accuracy(peak, cliff_step, slow, depth),
+        seed=int(rng.integers(2**31)),
+        diagnostics=rate,
+        grad_sq_share=shares,
+        parse_rate=parse,
+        workflow_params=params,
+    )
     for name in (rundir.CONFIG_JSON, rundir.DONE_JSON):  # the variant's id, as the launcher writes it
         data = json.loads((run_dir / name).read_text())
         data["run"] = run
@@ -154,8 +192,12 @@ def planted_sweep(out: str | Path, effects: Effects, seeds: int = 8, rng_seed: i
     """Every run of the sweep under `out`; returns their directories."""
     out = Path(out)
     rng = np.random.default_rng(rng_seed)
-    runs = [_plant_run(out, wf, k, policy, seed, effects, rng)["run"]
-            for wf, k in CELLS for seed in range(seeds) for policy in POLICIES]
+    runs = [
+        _plant_run(out, wf, k, policy, seed, effects, rng)["run"]
+        for wf, k in CELLS
+        for seed in range(seeds)
+        for policy in POLICIES
+    ]
     return [out / r for r in runs]
 
 

@@ -27,8 +27,12 @@ import pandas as pd
 from trainer.sweep import rundir
 from trainer.sweep.rundir import parse_run_id
 
-ROLES = {"single": ["generator"], "eval_opt": ["generator", "evaluator"], "voting": ["generator", "aggregator"],
-         "orch_workers": ["orchestrator", "worker", "synthesizer"]}
+ROLES = {
+    "single": ["generator"],
+    "eval_opt": ["generator", "evaluator"],
+    "voting": ["generator", "aggregator"],
+    "orch_workers": ["orchestrator", "worker", "synthesizer"],
+}
 GROUP_ROLES = {"voting": "generator", "orch_workers": "worker"}  # parallel same-role agents per episode
 SPLITS = {"math": "main", "code": "main"}
 
@@ -40,14 +44,24 @@ def _per_step(value: PerStep, steps: np.ndarray) -> np.ndarray:
     return np.broadcast_to(np.asarray(value(steps) if callable(value) else value, dtype=float), steps.shape).copy()
 
 
-def write_synthetic_run(run_dir: Path, run: str, *, steps: int = 30, eval_every: int = 5,
-                        accuracy: Callable[[float], float] | None = None, seed: int = 0,
-                        diagnostics: dict[str, Callable[[float], float]] | None = None,
-                        grad_norm: dict[str, PerStep] | None = None, grad_sq_share: dict[str, PerStep] | None = None,
-                        n_turns: dict[str, PerStep] | None = None, completion_len: dict[str, PerStep] | None = None,
-                        parse_rate: Callable[[float], float] | None = None,
-                        workflow_params: dict[str, Any] | None = None, samples: list[dict[str, Any]] | None = None,
-                        splits: list[str] | None = None) -> None:
+def write_synthetic_run(
+    run_dir: Path,
+    run: str,
+    *,
+    steps: int = 30,
+    eval_every: int = 5,
+    accuracy: Callable[[float], float] | None = None,
+    seed: int = 0,
+    diagnostics: dict[str, Callable[[float], float]] | None = None,
+    grad_norm: dict[str, PerStep] | None = None,
+    grad_sq_share: dict[str, PerStep] | None = None,
+    n_turns: dict[str, PerStep] | None = None,
+    completion_len: dict[str, PerStep] | None = None,
+    parse_rate: Callable[[float], float] | None = None,
+    workflow_params: dict[str, Any] | None = None,
+    samples: list[dict[str, Any]] | None = None,
+    splits: list[str] | None = None,
+) -> None:
     """A finished run: config.json, train/eval/samples parquet and done.json, as the trainer writes them.
 
     `accuracy(step)` gives the eval curve (default: a rise then a plateau); `diagnostics` maps an eval
@@ -59,12 +73,19 @@ def write_synthetic_run(run_dir: Path, run: str, *, steps: int = 30, eval_every:
     accuracy = accuracy or (lambda s: 0.2 + 0.4 * (1 - math.exp(-s / max(steps / 4, 1))))
     roles = ROLES[rid.workflow]
     policy = {r: ("shared" if rid.policy == "shared" else r) for r in roles}
-    params = workflow_params if workflow_params is not None else {"voting": {"n_votes": 3},
-                                                                   "orch_workers": {"max_subtasks": 3}}.get(
-        rid.workflow, {})
+    params = (
+        workflow_params
+        if workflow_params is not None
+        else {"voting": {"n_votes": 3}, "orch_workers": {"max_subtasks": 3}}.get(rid.workflow, {})
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = {"run": run, **rid.axes(), "workflow_params": params,
-           "training": {"max_steps": steps, "eval_every": eval_every}, "config_hash": "synthetic"}
+    cfg = {
+        "run": run,
+        **rid.axes(),
+        "workflow_params": params,
+        "training": {"max_steps": steps, "eval_every": eval_every},
+        "config_hash": "synthetic",
+    }
     rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
 
     s = np.arange(1, steps + 1)
@@ -73,18 +94,29 @@ def write_synthetic_run(run_dir: Path, run: str, *, steps: int = 30, eval_every:
     rundir.write_parquet_atomic(rundir.to_table(train, rundir.TRAIN_SCHEMA), run_dir / rundir.TRAIN_PARQUET)
     rundir.write_parquet_atomic(rundir.to_table(evals, rundir.EVAL_SCHEMA), run_dir / rundir.EVAL_PARQUET)
     rundir.write_parquet_atomic(rundir.to_table(samples or [], rundir.SAMPLES_SCHEMA), run_dir / rundir.SAMPLES_PARQUET)
-    rundir.write_json_atomic({"run": run, "steps_done": steps, "steps_expected": steps, "config_hash": "synthetic",
-                              "wall_time_s": 1.0}, run_dir / rundir.DONE_JSON)
+    rundir.write_json_atomic(
+        {"run": run, "steps_done": steps, "steps_expected": steps, "config_hash": "synthetic", "wall_time_s": 1.0},
+        run_dir / rundir.DONE_JSON,
+    )
 
 
-def _train_frame(s: np.ndarray, roles: list[str], policy: dict[str, str], rng: np.random.Generator,
-                 accuracy: Callable[[float], float], grad_norm: dict[str, PerStep] | None,
-                 grad_sq_share: dict[str, PerStep] | None, n_turns: dict[str, PerStep] | None,
-                 completion_len: dict[str, PerStep] | None) -> pd.DataFrame:
+def _train_frame(
+    s: np.ndarray,
+    roles: list[str],
+    policy: dict[str, str],
+    rng: np.random.Generator,
+    accuracy: Callable[[float], float],
+    grad_norm: dict[str, PerStep] | None,
+    grad_sq_share: dict[str, PerStep] | None,
+    n_turns: dict[str, PerStep] | None,
+    completion_len: dict[str, PerStep] | None,
+) -> pd.DataFrame:
     """train.parquet's rows: one per step and role (defaults: noisy norms, shares normalised per policy)."""
     cols: dict[str, list[np.ndarray]] = {}
-    norms = {r: _per_step((grad_norm or {}).get(r, lambda x, i=i: (1 + i) * (1 + rng.random(x.shape))), s)
-             for i, r in enumerate(roles)}
+    norms = {
+        r: _per_step((grad_norm or {}).get(r, lambda x, i=i: (1 + i) * (1 + rng.random(x.shape))), s)
+        for i, r in enumerate(roles)
+    }
     if grad_sq_share:
         shares = {r: _per_step(grad_sq_share[r], s) for r in roles}
     else:  # each role's share of its own policy's squared gradient
@@ -95,39 +127,71 @@ def _train_frame(s: np.ndarray, roles: list[str], policy: dict[str, str], rng: n
     n = len(s)
     for r in roles:
         block = {
-            "step": s, "role": np.full(n, r, dtype=object), "policy": np.full(n, policy[r], dtype=object),
-            "n_turns": _per_step((n_turns or {}).get(r, 32.0), s).astype(np.int64), "n_tokens": np.full(n, 512),
-            "reward_mean": np.array([accuracy(x) for x in s]), "reward_std": np.full(n, 0.4),
-            "adv_abs_mean": np.full(n, 0.8), "loss": np.zeros(n), "grad_norm": norms[r], "grad_sq_share": shares[r],
-            "grad_cos_others": np.full(n, 0.1), "entropy": np.ones(n), "kl": np.full(n, np.nan),
-            "clip_ratio": np.zeros(n), "completion_len_mean": _per_step((completion_len or {}).get(r, 16.0), s),
-            "lr": np.full(n, 2e-5), "skipped": np.zeros(n, dtype=bool), "logp_mismatch": np.full(n, np.nan),
-            "time_s": np.ones(n)}
+            "step": s,
+            "role": np.full(n, r, dtype=object),
+            "policy": np.full(n, policy[r], dtype=object),
+            "n_turns": _per_step((n_turns or {}).get(r, 32.0), s).astype(np.int64),
+            "n_tokens": np.full(n, 512),
+            "reward_mean": np.array([accuracy(x) for x in s]),
+            "reward_std": np.full(n, 0.4),
+            "adv_abs_mean": np.full(n, 0.8),
+            "loss": np.zeros(n),
+            "grad_norm": norms[r],
+            "grad_sq_share": shares[r],
+            "grad_cos_others": np.full(n, 0.1),
+            "entropy": np.ones(n),
+            "kl": np.full(n, np.nan),
+            "clip_ratio": np.zeros(n),
+            "completion_len_mean": _per_step((completion_len or {}).get(r, 16.0), s),
+            "lr": np.full(n, 2e-5),
+            "skipped": np.zeros(n, dtype=bool),
+            "logp_mismatch": np.full(n, np.nan),
+            "time_s": np.ones(n),
+        }
         for k, v in block.items():
             cols.setdefault(k, []).append(v)
     return pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()}).sort_values(["step", "role"], kind="stable")
 
 
-def _eval_frame(steps: int, eval_every: int, accuracy: Callable[[float], float],
-                parse_rate: Callable[[float], float] | None,
-                diagnostics: dict[str, Callable[[float], float]] | None, splits: list[str]) -> pd.DataFrame:
+def _eval_frame(
+    steps: int,
+    eval_every: int,
+    accuracy: Callable[[float], float],
+    parse_rate: Callable[[float], float] | None,
+    diagnostics: dict[str, Callable[[float], float]] | None,
+    splits: list[str],
+) -> pd.DataFrame:
     """eval.parquet's rows: one per eval step (every `eval_every`, and the last) and split."""
     eval_steps = list(range(0, steps + 1, eval_every))
     if eval_steps[-1] != steps:
         eval_steps.append(steps)
-    return pd.DataFrame([rundir.with_eval_samples({
-        "step": x, "split": sp, "accuracy": accuracy(x), "n": 200,
-        "final_answer_parse_rate": parse_rate(x) if parse_rate else 1.0, "time_s": 1.0,
-        **{k: f(x) for k, f in (diagnostics or {}).items()}}) for x in eval_steps for sp in splits])
+    return pd.DataFrame(
+        [
+            rundir.with_eval_samples(
+                {
+                    "step": x,
+                    "split": sp,
+                    "accuracy": accuracy(x),
+                    "n": 200,
+                    "final_answer_parse_rate": parse_rate(x) if parse_rate else 1.0,
+                    "time_s": 1.0,
+                    **{k: f(x) for k, f in (diagnostics or {}).items()},
+                }
+            )
+            for x in eval_steps
+            for sp in splits
+        ]
+    )
 
 
 def _unit(run: str, salt: str) -> float:
     """A number in [0, 1) fixed by the run id: planted effects do not depend on the order runs are written."""
-    return int(hashlib.sha256(f"{run}/{salt}".encode()).hexdigest()[:12], 16) / 16 ** 12
+    return int(hashlib.sha256(f"{run}/{salt}".encode()).hexdigest()[:12], 16) / 16**12
 
 
-def planted_run(run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 10,
-                samples_per_eval: int = 4) -> dict[str, Any]:
+def planted_run(
+    run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 10, samples_per_eval: int = 4
+) -> dict[str, Any]:
     """A run with the study's phenomena planted; returns what was planted (cliff step, signature, capture role)."""
     rid = parse_run_id(run)
     scales = ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b"]
@@ -144,7 +208,7 @@ def planted_run(run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 
     cliff_step = int(eval_every * round((0.45 + 0.4 * u("cliff_at")) * steps / eval_every)) if cliff else None
     depth = 0.12 + 0.2 * u("depth")
     rise = steps * (0.15 + 0.1 * u("rise"))
-    noise = np.random.default_rng(int(u("noise") * 2 ** 32))
+    noise = np.random.default_rng(int(u("noise") * 2**32))
 
     def accuracy(x: float) -> float:
         a = base + gain * (1 - math.exp(-x / rise))
@@ -152,7 +216,7 @@ def planted_run(run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 
             a -= depth + gain * 0.3
         return float(np.clip(a + (noise.normal(0, 0.008) if x > 0 else 0.0), 0, 1))
 
-    after = (lambda x: cliff_step is not None and x >= cliff_step)  # noqa: E731
+    after = lambda x: cliff_step is not None and x >= cliff_step  # noqa: E731
     signature, diagnostics, parse = _planted_diagnostics(rid, u, accuracy, after)
     if not cliff:
         signature = None
@@ -162,53 +226,80 @@ def planted_run(run_dir: Path, run: str, *, steps: int = 500, eval_every: int = 
     params = {"voting": {"n_votes": n_agents}, "orch_workers": {"max_subtasks": n_agents}}.get(rid.workflow, {})
     n_turns, grad_norm, share, capture_role = _planted_gradients(rid, roles, u, steps, cliff_step, n_agents)
     samples = _samples(rid, roles, steps, eval_every, samples_per_eval, n_agents, after, signature)
-    write_synthetic_run(run_dir, run, steps=steps, eval_every=eval_every, accuracy=accuracy,
-                        seed=int(u("seed") * 2 ** 31), diagnostics=diagnostics, grad_norm=grad_norm,
-                        grad_sq_share=share, n_turns=n_turns, parse_rate=parse, workflow_params=params,
-                        samples=samples, splits=[SPLITS[rid.task]])
+    write_synthetic_run(
+        run_dir,
+        run,
+        steps=steps,
+        eval_every=eval_every,
+        accuracy=accuracy,
+        seed=int(u("seed") * 2**31),
+        diagnostics=diagnostics,
+        grad_norm=grad_norm,
+        grad_sq_share=share,
+        n_turns=n_turns,
+        parse_rate=parse,
+        workflow_params=params,
+        samples=samples,
+        splits=[SPLITS[rid.task]],
+    )
     return {"cliff_step": cliff_step, "signature": signature, "capture_role": capture_role, "n_agents": n_agents}
 
 
-def _planted_diagnostics(rid, u: Callable[[str], float], accuracy: Callable[[float], float],
-                         after: Callable[[float], bool]) -> tuple[str | None, dict[str, Callable], Callable | None]:
+def _planted_diagnostics(
+    rid, u: Callable[[str], float], accuracy: Callable[[float], float], after: Callable[[float], bool]
+) -> tuple[str | None, dict[str, Callable], Callable | None]:
     """The workflow's failure signature, its eval diagnostics (stuck from the cliff on) and parse rate."""
     signature, diagnostics = None, {}
     parse = None
     if rid.workflow == "eval_opt":
         signature = "evaluator_always_accepts" if u("sig") < 0.6 else "evaluator_always_rejects"
         stuck = 1.0 if signature == "evaluator_always_accepts" else 0.0
-        diagnostics = {"evaluator_accept_rate": lambda x: stuck if after(x) else 0.55 + 0.1 * math.sin(x / 37),
-                       "evaluator_accuracy": lambda x: 0.5 if after(x) else 0.7,
-                       "generator_first_accuracy": lambda x: accuracy(x) * 0.95,
-                       "verdict_parse_rate": lambda x: 0.97, "mean_iterations": lambda x: 1.0 if after(x) else 1.8}
+        diagnostics = {
+            "evaluator_accept_rate": lambda x: stuck if after(x) else 0.55 + 0.1 * math.sin(x / 37),
+            "evaluator_accuracy": lambda x: 0.5 if after(x) else 0.7,
+            "generator_first_accuracy": lambda x: accuracy(x) * 0.95,
+            "verdict_parse_rate": lambda x: 0.97,
+            "mean_iterations": lambda x: 1.0 if after(x) else 1.8,
+        }
     elif rid.workflow == "voting":
         signature = "aggregator_same_slot" if u("sig") < 0.5 else "voters_identical"
-        diagnostics = {"top_slot_share": lambda x: 1.0 if after(x) and signature == "aggregator_same_slot" else 0.4,
-                       "vote_agreement": lambda x: 1.0 if after(x) and signature == "voters_identical" else 0.55,
-                       "voter_accuracy": lambda x: accuracy(x) * 0.9, "any_voter_correct": lambda x: accuracy(x) + 0.1,
-                       "aggregator_accuracy": lambda x: 0.8, "choice_parse_rate": lambda x: 0.99}
+        diagnostics = {
+            "top_slot_share": lambda x: 1.0 if after(x) and signature == "aggregator_same_slot" else 0.4,
+            "vote_agreement": lambda x: 1.0 if after(x) and signature == "voters_identical" else 0.55,
+            "voter_accuracy": lambda x: accuracy(x) * 0.9,
+            "any_voter_correct": lambda x: accuracy(x) + 0.1,
+            "aggregator_accuracy": lambda x: 0.8,
+            "choice_parse_rate": lambda x: 0.99,
+        }
     elif rid.workflow == "orch_workers":
         signature = "orchestrator_stops_decomposing" if u("sig") < 0.7 else "answers_stop_parsing"
-        diagnostics = {"subtasks_mean": lambda x: 1.0 if after(x) and signature == "orchestrator_stops_decomposing"
-                       else 2.6, "plan_parse_rate": lambda x: 0.95, "worker_success": lambda x: 0.9}
+        diagnostics = {
+            "subtasks_mean": lambda x: 1.0 if after(x) and signature == "orchestrator_stops_decomposing" else 2.6,
+            "plan_parse_rate": lambda x: 0.95,
+            "worker_success": lambda x: 0.9,
+        }
         parse = lambda x: 0.3 if after(x) and signature == "answers_stop_parsing" else 0.97  # noqa: E731
     return signature, diagnostics, parse
 
 
-def _planted_gradients(rid, roles: list[str], u: Callable[[str], float], steps: int, cliff_step: int | None,
-                       n_agents: int) -> tuple[dict[str, float], dict[str, PerStep], dict[str, PerStep] | None,
-                                               str | None]:
+def _planted_gradients(
+    rid, roles: list[str], u: Callable[[str], float], steps: int, cliff_step: int | None, n_agents: int
+) -> tuple[dict[str, float], dict[str, PerStep], dict[str, PerStep] | None, str | None]:
     """Turns per role, gradient norms (amplified for Isolated same-role agents) and Shared capture."""
     group = GROUP_ROLES.get(rid.workflow)
     episodes = 64 * 8
     n_turns = {r: float(episodes * (n_agents if r == group else 1)) for r in roles}
-    rng = np.random.default_rng(int(u("grad") * 2 ** 32))
+    rng = np.random.default_rng(int(u("grad") * 2**32))
     grad_norm, share, capture_role = {}, None, None
     for i, r in enumerate(roles):
         level = 0.9 + 0.1 * i
-        amp = n_agents ** 0.8 if (r == group and rid.policy == "isolated") else 1.0
-        grad_norm[r] = lambda x, level=level, amp=amp: level * amp * np.exp(rng.normal(0, 0.15, x.shape)) * (
-            1 + (0.8 * (x >= cliff_step) if cliff_step is not None else 0))
+        amp = n_agents**0.8 if (r == group and rid.policy == "isolated") else 1.0
+        grad_norm[r] = lambda x, level=level, amp=amp: (
+            level
+            * amp
+            * np.exp(rng.normal(0, 0.15, x.shape))
+            * (1 + (0.8 * (x >= cliff_step) if cliff_step is not None else 0))
+        )
     if rid.policy == "shared" and len(roles) > 1:
         capture_role = group or roles[int(u("capture") * len(roles))]
         start, end = 1 / len(roles), 0.6 + 0.3 * u("capture_level")
@@ -238,9 +329,22 @@ def _samples(rid, roles, steps, eval_every, per_eval, n_agents, after, signature
                     turns.append((r, a, f"so the answer is \\boxed{{{e if same else e + a}}}"))
             final = str(e)
             for k, (r, a, text) in enumerate(turns):
-                rows.append({"step": step, "split": SPLITS[rid.task], "episode": e, "problem_id": f"p{e}", "turn": k,
-                             "role": r, "agent": a, "prompt": "Solve.", "completion": text, "reward": 1.0,
-                             "final_answer": final, "correct": e % 2 == 0})
+                rows.append(
+                    {
+                        "step": step,
+                        "split": SPLITS[rid.task],
+                        "episode": e,
+                        "problem_id": f"p{e}",
+                        "turn": k,
+                        "role": r,
+                        "agent": a,
+                        "prompt": "Solve.",
+                        "completion": text,
+                        "reward": 1.0,
+                        "final_answer": final,
+                        "correct": e % 2 == 0,
+                    }
+                )
     return rows
 
 

@@ -18,16 +18,31 @@ speed, a real device's memory) stays for the device check (benchmarks/device_che
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 from unittest import mock
 
 import torch
 import torch.distributed as dist
 
-TENSOR_COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "reduce_scatter",
-                      "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter", "send", "recv",
-                      "isend", "irecv")
+TENSOR_COLLECTIVES = (
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+)
 OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list", "barrier")
 
 
@@ -56,8 +71,9 @@ class FakeGpus:
         index = device if isinstance(device, int) else torch.device(device).index or 0
         self.set_calls.append(index)
         if not 0 <= index < self.count:
-            raise RuntimeError(f"CUDA error: invalid device ordinal (set_device({index}) in a process that sees "
-                               f"{self.count} GPU(s))")
+            raise RuntimeError(
+                f"CUDA error: invalid device ordinal (set_device({index}) in a process that sees {self.count} GPU(s))"
+            )
         self.current = index
 
 
@@ -65,10 +81,12 @@ class FakeGpus:
 def fake_gpus(count: int) -> Iterator[FakeGpus]:
     """This process looks like a node with `count` visible GPUs (no CUDA tensor can be made, though)."""
     gpus = FakeGpus(count)
-    with mock.patch.object(torch.cuda, "is_available", lambda: True), \
-            mock.patch.object(torch.cuda, "device_count", lambda: count), \
-            mock.patch.object(torch.cuda, "set_device", gpus.set_device), \
-            mock.patch.object(torch.cuda, "current_device", lambda: 0 if gpus.current is None else gpus.current):
+    with (
+        mock.patch.object(torch.cuda, "is_available", lambda: True),
+        mock.patch.object(torch.cuda, "device_count", lambda: count),
+        mock.patch.object(torch.cuda, "set_device", gpus.set_device),
+        mock.patch.object(torch.cuda, "current_device", lambda: 0 if gpus.current is None else gpus.current),
+    ):
         yield gpus
 
 
@@ -91,9 +109,11 @@ class Checker:
                 continue
             self.calls.append((name, t.device.type))
             if self.backend is not None and t.device.type not in served_device_types(self.backend):
-                raise CollectiveDeviceError(f"{name} of a {t.device.type} tensor on a group whose backend is "
-                                            f"{self.backend!r}: no backend serves device type {t.device.type} "
-                                            f"(it serves {sorted(served_device_types(self.backend))})")
+                raise CollectiveDeviceError(
+                    f"{name} of a {t.device.type} tensor on a group whose backend is "
+                    f"{self.backend!r}: no backend serves device type {t.device.type} "
+                    f"(it serves {sorted(served_device_types(self.backend))})"
+                )
 
     def check_objects(self, name: str) -> None:
         if self.backend is None:
@@ -102,8 +122,10 @@ class Checker:
         device = "cpu" if "cpu" in served else sorted(served)[0]
         self.calls.append((name, device))
         if device == "cuda" and (self.gpus is None or self.gpus.current is None):
-            raise CollectiveDeviceError(f"{name} on a {self.backend!r} group runs on the current CUDA device, but "
-                                        "torch.cuda.set_device was never called: every rank would use cuda:0")
+            raise CollectiveDeviceError(
+                f"{name} on a {self.backend!r} group runs on the current CUDA device, but "
+                "torch.cuda.set_device was never called: every rank would use cuda:0"
+            )
 
 
 @contextlib.contextmanager
@@ -124,19 +146,23 @@ def checked_collectives(gpus: FakeGpus | None = None) -> Iterator[Checker]:
                 if isinstance(a, (torch.Tensor, list, tuple)):
                     checker.check_tensor(name, a)
             return real(tensor, *args, **kwargs)
+
         return wrapped
 
     def object_wrapper(name: str, real: Any) -> Any:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             checker.check_objects(name)
             return real(*args, **kwargs)
+
         return wrapped
 
     patches = [mock.patch.object(dist, "init_process_group", init)]
-    patches += [mock.patch.object(dist, n, tensor_wrapper(n, getattr(dist, n))) for n in TENSOR_COLLECTIVES
-                if hasattr(dist, n)]
-    patches += [mock.patch.object(dist, n, object_wrapper(n, getattr(dist, n))) for n in OBJECT_COLLECTIVES
-                if hasattr(dist, n)]
+    patches += [
+        mock.patch.object(dist, n, tensor_wrapper(n, getattr(dist, n))) for n in TENSOR_COLLECTIVES if hasattr(dist, n)
+    ]
+    patches += [
+        mock.patch.object(dist, n, object_wrapper(n, getattr(dist, n))) for n in OBJECT_COLLECTIVES if hasattr(dist, n)
+    ]
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)

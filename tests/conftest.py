@@ -17,8 +17,9 @@ BIN = Path(sys.executable).parent
 def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
     """Run the snakemake CLI of this environment; on failure show its output."""
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(BIN / "snakemake"), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -43,4 +44,3 @@ def copy_workflow(d: Path, links: tuple[str, ...] = PACKAGE_LINKS) -> Path:
 def workdir(tmp_path: Path) -> Path:
     """A copy of the workflow (Snakefile, rules, config, profiles) in a temporary directory."""
     return copy_workflow(tmp_path)
-

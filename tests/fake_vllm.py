@@ -38,7 +38,7 @@ def TokensPrompt(prompt_token_ids: list[int]) -> dict[str, Any]:  # noqa: N802 (
 
 
 class _Engine:
-    def __init__(self, llm: "LLM"):
+    def __init__(self, llm: LLM):
         self.llm = llm
 
     def remove_lora(self, lora_id: int) -> bool:
@@ -49,7 +49,7 @@ class _Engine:
 class LLM:
     """Records its keyword arguments, the environment at construction and every call after."""
 
-    instances: list["LLM"] = []
+    instances: list[LLM] = []
 
     def __init__(self, **kwargs: Any):
         self.kwargs = kwargs

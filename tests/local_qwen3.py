@@ -41,29 +41,42 @@ def small_vocab_tokenizer(vocab_size: int = 300):
     return build_tokenizer(texts, vocab_size)
 
 
-def save_random_qwen3(path: Path, tokenizer=None, hidden_size: int = 64, num_hidden_layers: int = 2,
-                      seed: int = 0) -> Path:
+def save_random_qwen3(
+    path: Path, tokenizer=None, hidden_size: int = 64, num_hidden_layers: int = 2, seed: int = 0
+) -> Path:
     """A randomly initialised Qwen3ForCausalLM over the tokenizer's vocabulary (default: the real Qwen3
     tokenizer, all 151k entries) and the tokenizer, both written with save_pretrained to `path` (what a
     downloaded model directory holds)."""
     tok = tokenizer if tokenizer is not None else qwen3_tokenizer()
-    arch = {"hidden_size": hidden_size, "intermediate_size": 2 * hidden_size, "num_hidden_layers": num_hidden_layers,
-            "num_attention_heads": 4, "num_key_value_heads": 2}
-    model = build_tiny_model(arch, seed, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                             pad_token_id=tok.pad_token_id)
+    arch = {
+        "hidden_size": hidden_size,
+        "intermediate_size": 2 * hidden_size,
+        "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+    model = build_tiny_model(
+        arch, seed, vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _yaml(name: str) -> dict[str, Any]:
     return load_yaml(ROOT / name)
 
 
-def real_scale_config(model_dir: Path, run: str, run_dir: Path, training: dict[str, Any] | None = None,
-                      workflow_params: dict[str, Any] | None = None, problems: int = 8) -> dict[str, Any]:
+def real_scale_config(
+    model_dir: Path,
+    run: str,
+    run_dir: Path,
+    training: dict[str, Any] | None = None,
+    workflow_params: dict[str, Any] | None = None,
+    problems: int = 8,
+) -> dict[str, Any]:
     """config.json of `run` (a run id at scale qwen3-0.6b) written to `run_dir`, from config.yaml with the
     scale's model replaced by `model_dir`; the change goes through an `overrides` entry, validated by the
     config schema as a user's would be, and the base model through the base_model step (model.json)."""
@@ -78,10 +91,22 @@ def real_scale_config(model_dir: Path, run: str, run_dir: Path, training: dict[s
             spec["size"] = 2
         tasks[name] = entry
     rid = parse_run_id(run)
-    override = {"match": {"scale": SCALE}, "resources": {"gpus": 0, "cpus": 1}, "tasks": tasks,
-                "training": {"max_steps": 1, "prompts_per_step": 1, "num_generations": 2, "max_completion_length": 4,
-                             "eval_problems": 1, "samples_per_eval": 1, "eval_every": 1, "save_every": 1,
-                             **(training or {})}}
+    override = {
+        "match": {"scale": SCALE},
+        "resources": {"gpus": 0, "cpus": 1},
+        "tasks": tasks,
+        "training": {
+            "max_steps": 1,
+            "prompts_per_step": 1,
+            "num_generations": 2,
+            "max_completion_length": 4,
+            "eval_problems": 1,
+            "samples_per_eval": 1,
+            "eval_every": 1,
+            "save_every": 1,
+            **(training or {}),
+        },
+    }
     if workflow_params:
         override["workflows"] = {rid.workflow: workflow_params}
     config["overrides"].append(override)

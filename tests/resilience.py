@@ -10,8 +10,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -21,24 +22,41 @@ from trainer.sweep import rundir
 from trainer.sweep.config import base_model_spec, load_yaml, resolve_run_config
 from trainer.sweep.runid import parse_run_id
 
-TINY_RUN = {"max_steps": 4, "eval_every": 2, "save_every": 2, "keep_last": 3, "prompts_per_step": 4,
-            "num_generations": 4, "eval_problems": 24, "samples_per_eval": 2}
+TINY_RUN = {
+    "max_steps": 4,
+    "eval_every": 2,
+    "save_every": 2,
+    "keep_last": 3,
+    "prompts_per_step": 4,
+    "num_generations": 4,
+    "eval_problems": 24,
+    "samples_per_eval": 2,
+}
 # TEST_FLOAT_ORDER=N (docs/testing.md) runs the tests under another float summation order: the warm start's
 # micro-batch split, the RL update's micro-batch size and the threads of every trainer differ, so a test that
 # rests on one CPU's float trajectory fails here as it would on another CPU. 0 (the default): none.
-FLOAT_ORDERS = {0: {"warm_start_micro_batches": None, "micro_batch_tokens": None, "threads": 1},
-                1: {"warm_start_micro_batches": 2, "micro_batch_tokens": 1024, "threads": 2},
-                2: {"warm_start_micro_batches": 8, "micro_batch_tokens": 256, "threads": 1}}
+FLOAT_ORDERS = {
+    0: {"warm_start_micro_batches": None, "micro_batch_tokens": None, "threads": 1},
+    1: {"warm_start_micro_batches": 2, "micro_batch_tokens": 1024, "threads": 2},
+    2: {"warm_start_micro_batches": 8, "micro_batch_tokens": 256, "threads": 1},
+}
 FLOAT_ORDER = int(os.environ.get("TEST_FLOAT_ORDER", "0"))
 if FLOAT_ORDER not in FLOAT_ORDERS:
     raise ValueError(f"TEST_FLOAT_ORDER={FLOAT_ORDER}: not one of {sorted(FLOAT_ORDERS)}")
 PERTURB = FLOAT_ORDERS[FLOAT_ORDER]
-FAST_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
-            "OMP_NUM_THREADS": str(PERTURB["threads"]), "TOKENIZERS_PARALLELISM": "false"}
+FAST_ENV = {
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
+    "OMP_NUM_THREADS": str(PERTURB["threads"]),
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
-def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100, tasks: tuple[str, ...] = ("math",),
-                    workflows: tuple[str, ...] | None = None) -> Path:
+def tiny_base_model(
+    tmp_path_factory,
+    warm_start_steps: int = 100,
+    tasks: tuple[str, ...] = ("math",),
+    workflows: tuple[str, ...] | None = None,
+) -> Path:
     """model.json of the tiny base model, built once per test session (shared by the test modules):
     config.yaml's tiny scale warm-started for `warm_start_steps` on the demonstrations of `tasks`
     in the formats of `workflows` (default: every workflow of config.yaml).
@@ -56,8 +74,13 @@ def tiny_base_model(tmp_path_factory, warm_start_steps: int = 100, tasks: tuple[
             spec["tiny"]["warm_start_micro_batches"] = PERTURB["warm_start_micro_batches"]
         for entry in spec["tasks"].values():
             entry["workflows"] = {w: p for w, p in entry["workflows"].items() if not workflows or w in workflows}
-        proc = subprocess.run([sys.executable, "-m", "trainer", "base-model", "--spec", json.dumps(spec),
-                               "--out", str(out)], cwd=ROOT, env=trainer_env(), capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "trainer", "base-model", "--spec", json.dumps(spec), "--out", str(out)],
+            cwd=ROOT,
+            env=trainer_env(),
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0 and out.exists(), f"building the tiny base model failed:\n{proc.stderr[-3000:]}"
 
     return built_once(tmp_path_factory, name, build)
@@ -70,8 +93,11 @@ def damaged_tiny_base_model(tmp_path_factory, *args: Any) -> Path:
 
     source = tiny_base_model(tmp_path_factory, *args)
     lora = tiny_run_config("single-math-tiny-shared-s0")["training"]["lora"]
-    return built_once(tmp_path_factory, f"{source.parent.name}-damaged",
-                      lambda out: damaged_base_model(source, out.parent, lora["r"], lora["lora_alpha"]))
+    return built_once(
+        tmp_path_factory,
+        f"{source.parent.name}-damaged",
+        lambda out: damaged_base_model(source, out.parent, lora["r"], lora["lora_alpha"]),
+    )
 
 
 def built_once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Path:
@@ -140,8 +166,14 @@ def assert_nothing_partial(run_dir: Path, done: bool = True) -> None:
     for path in [*run_dir.glob("*.parquet"), *(run_dir / rundir.WORK_DIR).glob("checkpoints/step-*/*.parquet")]:
         pq.read_table(path)  # raises on a truncated file
     for ckpt in (run_dir / rundir.WORK_DIR / "checkpoints").glob("step-*"):
-        for name in ("state.pt", rundir.CONFIG_JSON, rundir.TRAIN_PARQUET, rundir.EVAL_PARQUET,
-                     rundir.SAMPLES_PARQUET, "policies"):
+        for name in (
+            "state.pt",
+            rundir.CONFIG_JSON,
+            rundir.TRAIN_PARQUET,
+            rundir.EVAL_PARQUET,
+            rundir.SAMPLES_PARQUET,
+            "policies",
+        ):
             assert (ckpt / name).exists(), f"{ckpt}: no {name}"
     if not done:
         return
@@ -168,8 +200,13 @@ def trainer_env(**extra: str) -> dict[str, str]:
 def start_trainer(run_dir: Path, log: Path, **env: str) -> subprocess.Popen:
     """`python -m trainer train --run-dir RUN` in a subprocess, its output appended to `log`."""
     with open(log, "a") as out:
-        return subprocess.Popen([sys.executable, "-m", "trainer", "train", "--run-dir", str(run_dir)], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, env=trainer_env(**env))
+        return subprocess.Popen(
+            [sys.executable, "-m", "trainer", "train", "--run-dir", str(run_dir)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=trainer_env(**env),
+        )
 
 
 def progress_step(run_dir: Path) -> int:
@@ -178,8 +215,9 @@ def progress_step(run_dir: Path) -> int:
     return json.loads(path.read_text())["step"] if path.exists() else -1
 
 
-def wait_for(condition: Callable[[], bool], proc: subprocess.Popen | None, timeout_s: float, what: str,
-             log: Path | None = None) -> None:
+def wait_for(
+    condition: Callable[[], bool], proc: subprocess.Popen | None, timeout_s: float, what: str, log: Path | None = None
+) -> None:
     """Poll `condition` every 20 ms; fail if the process ends first or the timeout passes."""
     deadline = time.time() + timeout_s
     while not condition():

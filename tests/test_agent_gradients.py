@@ -34,8 +34,11 @@ TOL = 1e-5
 RUN_ISOLATED = "voting-math-tiny-isolated-s0"
 WORKFLOWS = {  # roles, the parallel role, and rows per agent of each role (workers: uneven, as plans are)
     "voting": (("generator", "aggregator"), "generator", {"generator": [8, 8, 8], "aggregator": [8]}),
-    "orch_workers": (("orchestrator", "worker", "synthesizer"), "worker",
-                     {"orchestrator": [8], "worker": [8, 6, 3], "synthesizer": [8]}),
+    "orch_workers": (
+        ("orchestrator", "worker", "synthesizer"),
+        "worker",
+        {"orchestrator": [8], "worker": [8, 6, 3], "synthesizer": [8]},
+    ),
 }
 
 
@@ -47,9 +50,16 @@ def agent_rows(counts: dict[str, list[int]], seed: int = 1) -> list[Row]:
         for role, per_agent in counts.items():
             for agent, n in enumerate(per_agent):
                 if episode < n:
-                    rows.append(Row(role, [rng.randrange(2, VOCAB) for _ in range(rng.randint(2, 6))],
-                                    [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 8))],
-                                    advantage=rng.uniform(-2, 2), reward=0.0, agent=agent))
+                    rows.append(
+                        Row(
+                            role,
+                            [rng.randrange(2, VOCAB) for _ in range(rng.randint(2, 6))],
+                            [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 8))],
+                            advantage=rng.uniform(-2, 2),
+                            reward=0.0,
+                            agent=agent,
+                        )
+                    )
     return rows
 
 
@@ -102,14 +112,20 @@ def test_amplification_and_cosine_on_planted_gradients() -> None:
     assert idle["amplification_index"] == pytest.approx((1 + math.sqrt(2)) / math.sqrt(5))
     # per role, agents in index order whatever the recording order; a missing parameter counts as zeros
     shapes = [torch.Size([2]), torch.Size([1])]
-    grads = {("w", 1): [torch.tensor([0.0, 2.0]), None], ("w", 0): [torch.tensor([1.0, 0.0]), torch.tensor([2.0])],
-             ("o", 0): [torch.tensor([3.0, 4.0]), None]}
+    grads = {
+        ("w", 1): [torch.tensor([0.0, 2.0]), None],
+        ("w", 0): [torch.tensor([1.0, 0.0]), torch.tensor([2.0])],
+        ("o", 0): [torch.tensor([3.0, 4.0]), None],
+    }
     by_role = role_agent_metrics(grads, shapes)
     assert by_role["w"]["agent_grad_norms"] == pytest.approx([math.sqrt(5), 2.0])
     assert by_role["w"]["agent_cos_mean"] == pytest.approx(0.0)
-    assert by_role["o"] == {"n_agents": 1, "agent_grad_norms": [5.0], "amplification_index": pytest.approx(math.nan,
-                                                                                                        nan_ok=True),
-                            "agent_cos_mean": pytest.approx(math.nan, nan_ok=True)}
+    assert by_role["o"] == {
+        "n_agents": 1,
+        "agent_grad_norms": [5.0],
+        "amplification_index": pytest.approx(math.nan, nan_ok=True),
+        "agent_cos_mean": pytest.approx(math.nan, nan_ok=True),
+    }
 
 
 def test_off_the_micro_batches_are_per_role_and_no_agent_metric_is_recorded() -> None:
@@ -135,14 +151,38 @@ def test_columns_keep_their_types_in_parquet_and_feed_the_amplification_warning(
     rows = []
     for step in range(1, 5):
         amp = 1.1 if step < 3 else 3.0  # planted: the voters' gradients start to cancel at step 3
-        voters = {"n_agents": 3, "agent_grad_norms": [1.0, 2.0, 0.5], "amplification_index": amp,
-                  "agent_cos_mean": 0.1}
+        voters = {"n_agents": 3, "agent_grad_norms": [1.0, 2.0, 0.5], "amplification_index": amp, "agent_cos_mean": 0.1}
         for role, stats in (("generator", voters), ("aggregator", {}), ("orphan", {"n_agents": 1})):
-            rows.append({"step": step, "role": role, "policy": role, "n_turns": 4, "n_tokens": 10,
-                         **{c: 0.5 for c in ("reward_mean", "reward_std", "adv_abs_mean", "loss", "grad_norm",
-                                             "grad_sq_share", "grad_cos_others", "entropy", "kl", "clip_ratio",
-                                             "completion_len_mean", "lr", "logp_mismatch", "time_s")},
-                         "skipped": False, **agent_columns(stats)})
+            rows.append(
+                {
+                    "step": step,
+                    "role": role,
+                    "policy": role,
+                    "n_turns": 4,
+                    "n_tokens": 10,
+                    **{
+                        c: 0.5
+                        for c in (
+                            "reward_mean",
+                            "reward_std",
+                            "adv_abs_mean",
+                            "loss",
+                            "grad_norm",
+                            "grad_sq_share",
+                            "grad_cos_others",
+                            "entropy",
+                            "kl",
+                            "clip_ratio",
+                            "completion_len_mean",
+                            "lr",
+                            "logp_mismatch",
+                            "time_s",
+                        )
+                    },
+                    "skipped": False,
+                    **agent_columns(stats),
+                }
+            )
     path = tmp_path / rundir.TRAIN_PARQUET
     rundir.write_parquet_atomic(rundir.to_table(rows, rundir.TRAIN_SCHEMA), path)
     train = pd.read_parquet(path)
@@ -168,13 +208,15 @@ def test_two_processes_record_the_one_process_agent_gradients(base_model: Path, 
     agent's norm, the index and the cosine are the one-process ones; the Trainer's rows carry the
     voters' instances (3 agents) and the aggregator is one agent."""
     run_dir, rows = tmp_path / RUN, tmp_path / "rows.pkl"
-    write_run_config(tiny_run_config(RUN, {**SMALL, "agent_gradients": True}), json.loads(base_model.read_text()),
-                     run_dir)
+    write_run_config(
+        tiny_run_config(RUN, {**SMALL, "agent_gradients": True}), json.loads(base_model.read_text()), run_dir
+    )
     results = {}
     for world in (1, 2):
         out = tmp_path / f"update-{world}.pt"
-        torch.multiprocessing.spawn(update_worker, args=(world, str(run_dir), str(rows), str(out), free_port()),
-                                    nprocs=world, join=True)
+        torch.multiprocessing.spawn(
+            update_worker, args=(world, str(run_dir), str(rows), str(out), free_port()), nprocs=world, join=True
+        )
         results[world] = torch.load(out, weights_only=False)["stats"]["shared"]
     one, two = results[1], results[2]
     assert one["generator"]["n_agents"] == two["generator"]["n_agents"] == 3
@@ -191,7 +233,13 @@ def test_a_run_logs_the_agent_columns_only_when_set(base_model: Path, tmp_path: 
     logs = {}
     for on in (False, True):
         run_dir = tmp_path / str(on) / RUN_ISOLATED
-        training = {**SMALL, "max_steps": 1, "eval_every": 1, "eval_problems": 4, **({"agent_gradients": True} if on else {})}
+        training = {
+            **SMALL,
+            "max_steps": 1,
+            "eval_every": 1,
+            "eval_problems": 4,
+            **({"agent_gradients": True} if on else {}),
+        }
         write_run_config(tiny_run_config(RUN_ISOLATED, training), json.loads(base_model.read_text()), run_dir)
         Trainer(json.loads((run_dir / rundir.CONFIG_JSON).read_text()), run_dir, log=lambda msg: None).fit()
         logs[on] = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET).set_index("role")

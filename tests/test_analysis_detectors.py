@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.gradients import capture
 from analysis.curves import summarize_curve
-from analysis.signatures import majority_ignored, run_signatures
+from analysis.gradients import capture
 from analysis.per_run import analyse_run
-from analysis.settings import AnalysisSettings
 from analysis.runs import load_run
+from analysis.settings import AnalysisSettings
+from analysis.signatures import majority_ignored, run_signatures
 from benchmarks.synthetic_logs import write_synthetic_run
 
 STEPS = np.arange(0, 110, 10)
@@ -49,8 +49,9 @@ def test_capture_names_the_dominant_role():
     share = np.clip(0.34 + 0.6 * (steps > 80), 0, 1)  # the worker takes 94% from step 81
     rows = []
     for role, sh in (("worker", share), ("orchestrator", (1 - share) / 2), ("synthesizer", (1 - share) / 2)):
-        rows.append(pd.DataFrame({"step": steps, "role": role, "policy": "shared", "grad_sq_share": sh,
-                                  "skipped": False}))
+        rows.append(
+            pd.DataFrame({"step": steps, "role": role, "policy": "shared", "grad_sq_share": sh, "skipped": False})
+        )
     cap = capture(pd.concat(rows), cliff_step=150.0, capture_share=0.6, smoothing_steps=1)
     assert cap["capture_role"] == "worker" and math.isclose(cap["capture_index"], 0.94)
     assert cap["capture_step"] == 81
@@ -58,9 +59,14 @@ def test_capture_names_the_dominant_role():
 
 def test_planted_evaluator_collapse_found_with_its_step(tmp_path):
     run = "eval_opt-math-tiny-isolated-s0"
-    write_synthetic_run(tmp_path / run, run, steps=100, eval_every=10,
-                        accuracy=lambda s: 0.5 if s < 60 else 0.2,
-                        diagnostics={"evaluator_accept_rate": lambda s: 0.5 if s < 60 else 1.0})
+    write_synthetic_run(
+        tmp_path / run,
+        run,
+        steps=100,
+        eval_every=10,
+        accuracy=lambda s: 0.5 if s < 60 else 0.2,
+        diagnostics={"evaluator_accept_rate": lambda s: 0.5 if s < 60 else 1.0},
+    )
     logs = load_run(tmp_path / run)
     sigs = run_signatures(logs.evals, logs.train, logs.samples)
     assert list(sigs["signature"]) == ["evaluator_always_accepts"] and sigs["onset_step"].iloc[0] == 60
@@ -71,13 +77,37 @@ def test_planted_evaluator_collapse_found_with_its_step(tmp_path):
 def test_majority_ignored_reads_boxed_votes_and_skips_episodes_without_any():
     """Unboxed votes are no votes: two of three unboxed (seen in a demo's voting x code run) once failed the analysis."""
     rows = []
-    for episode, (votes, final) in enumerate([(["\\boxed{3}", "\\boxed{3}", "\\boxed{4}"], "4"),
-                                              (["\\boxed{5}", "\\boxed{5}", "x"], "5"),
-                                              (["x", "y", "\\boxed{5}"], "5")]):  # no boxed majority: skipped
-        rows += [{"step": 0, "split": "math", "episode": episode, "role": "generator", "completion": v,
-                  "final_answer": final} for v in votes]
+    for episode, (votes, final) in enumerate(
+        [
+            (["\\boxed{3}", "\\boxed{3}", "\\boxed{4}"], "4"),
+            (["\\boxed{5}", "\\boxed{5}", "x"], "5"),
+            (["x", "y", "\\boxed{5}"], "5"),
+        ]
+    ):  # no boxed majority: skipped
+        rows += [
+            {
+                "step": 0,
+                "split": "math",
+                "episode": episode,
+                "role": "generator",
+                "completion": v,
+                "final_answer": final,
+            }
+            for v in votes
+        ]
     math_rate = majority_ignored(pd.DataFrame(rows))
     assert math_rate["majority_ignored_rate"].tolist() == [0.5]  # episode 0 departs from its majority, 1 follows
-    code = pd.DataFrame([{"step": 0, "split": "code", "episode": 0, "role": "generator",
-                          "completion": "def f(x):\n    return x", "final_answer": ""}] * 3)
+    code = pd.DataFrame(
+        [
+            {
+                "step": 0,
+                "split": "code",
+                "episode": 0,
+                "role": "generator",
+                "completion": "def f(x):\n    return x",
+                "final_answer": "",
+            }
+        ]
+        * 3
+    )
     assert majority_ignored(code).empty

@@ -59,7 +59,9 @@ def test_figures_render_with_missing_cells_and_a_corrupt_run(workdir):
     assert "train.parquet ends at step 60" in reasons[corrupt] and "cannot read eval.parquet" in reasons[truncated]
     assert set(skipped[skipped["status"] == "missing"]["run"]) == set(missing)
     log = (results / "logs" / "analyse.log").read_text()
-    assert f"left out: {corrupt}" in log and f"left out: {truncated}" in log and f"{len(missing)} runs not finished" in log
+    assert (
+        f"left out: {corrupt}" in log and f"left out: {truncated}" in log and f"{len(missing)} runs not finished" in log
+    )
 
     pairs = pd.read_csv(results / "tables" / "isolated_vs_shared.csv")
     assert "all" in set(pairs["workflow"]) and pairs["n_pairs"].max() >= 2
@@ -71,7 +73,6 @@ def test_figures_render_with_missing_cells_and_a_corrupt_run(workdir):
     assert len(html) > 100_000
     for name in ("accuracy_curves", "shared_capture", "isolated_vs_shared", "skipped_runs"):
         assert name in html, name
-
 
 
 def test_figures_with_no_finished_run_draw_every_cell_missing(workdir):

@@ -14,24 +14,40 @@ def planted_summary(noise: float = 0.0) -> pd.DataFrame:
     """Gains = 0.1 (voting) / 0.0 (eval_opt) + 0.05 (isolated); terminal = peak - 0.02; math and code alike."""
     rng = np.random.default_rng(0)
     rows = []
-    for wf, task, scale, policy, seed in itertools.product(["eval_opt", "voting"], ["math", "code"], ["a", "b"],
-                                                           ["shared", "isolated"], [0, 1, 2]):
+    for wf, task, scale, policy, seed in itertools.product(
+        ["eval_opt", "voting"], ["math", "code"], ["a", "b"], ["shared", "isolated"], [0, 1, 2]
+    ):
         gain = (0.1 if wf == "voting" else 0.0) + (0.05 if policy == "isolated" else 0.0) + noise * rng.normal()
-        rows.append({"run": f"{wf}-{task}-{scale}-{policy}-s{seed}", "workflow": wf, "task": task, "scale": scale,
-                     "policy": policy, "seed": seed, "split": "main", "primary": True, "base_acc": 0.3,
-                     "peak_acc": 0.3 + gain, "terminal_acc": 0.28 + gain, "gain_peak": gain,
-                     "gain_terminal": gain - 0.02})
+        rows.append(
+            {
+                "run": f"{wf}-{task}-{scale}-{policy}-s{seed}",
+                "workflow": wf,
+                "task": task,
+                "scale": scale,
+                "policy": policy,
+                "seed": seed,
+                "split": "main",
+                "primary": True,
+                "base_acc": 0.3,
+                "peak_acc": 0.3 + gain,
+                "terminal_acc": 0.28 + gain,
+                "gain_peak": gain,
+                "gain_terminal": gain - 0.02,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def test_variance_decomposition_credits_the_planted_factors():
     var = tables.variance_decomposition(planted_summary()).set_index("term")
     share = var["gain_peak_share"]
-    total = 0.1 ** 2 + 0.05 ** 2  # balanced design: SS shares are the squared effects' proportions
-    assert abs(share["workflow"] - 0.1 ** 2 / total) < 1e-9
-    assert abs(share["policy"] - 0.05 ** 2 / total) < 1e-9
+    total = 0.1**2 + 0.05**2  # balanced design: SS shares are the squared effects' proportions
+    assert abs(share["workflow"] - 0.1**2 / total) < 1e-9
+    assert abs(share["policy"] - 0.05**2 / total) < 1e-9
     assert share.drop(["workflow", "policy"]).abs().max() < 1e-9
-    assert abs(share.sum() - 1) < 1e-9 and var.loc["workflow", "df"] == 1 and var.loc["residual", "df"] == 48 - 11  # intercept, 4 mains, 6 pairs
+    assert (
+        abs(share.sum() - 1) < 1e-9 and var.loc["workflow", "df"] == 1 and var.loc["residual", "df"] == 48 - 11
+    )  # intercept, 4 mains, 6 pairs
 
 
 def test_isolated_vs_shared_pairs_by_seed_with_seeded_intervals():

@@ -71,8 +71,11 @@ def test_lora_rank_above_max_lora_rank_is_a_named_error(monkeypatch):
 def test_tensor_parallel_size_above_the_jobs_gpus_is_a_named_error(monkeypatch):
     monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
     rc = run_config({"generation_backend": "vllm", "vllm": {"tensor_parallel_size": 4}}, {"gpus": 2})
-    with pytest.raises(ConfigError, match=r"training\.vllm\.tensor_parallel_size: 4 is above the job's GPUs "
-                                          r"\(resources\.gpus: 2\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"training\.vllm\.tensor_parallel_size: 4 is above the job's GPUs "
+        r"\(resources\.gpus: 2\)",
+    ):
         preflight.check_run(rc)
     rc = run_config({"generation_backend": "vllm", "vllm": {"tensor_parallel_size": 1}}, {"gpus": 2})
     assert preflight.run_problems(rc) == []  # within the GPUs, and one engine per rank (TP > 1: test_gpu_vllm_rules)

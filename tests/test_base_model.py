@@ -57,8 +57,9 @@ def test_the_demo_demonstrations_fit_the_demo_completion_lengths():
     config = load_yaml(ROOT / "config.yaml")
     spec = base_model_spec(config, "tiny", ["math", "code"])
     by_task = demonstrations(spec, random.Random(0))
-    tokenizer = build_tokenizer([t for pairs in by_task.values() for pair in pairs for t in pair],
-                                spec["tiny"]["vocab_size"])
+    tokenizer = build_tokenizer(
+        [t for pairs in by_task.values() for pair in pairs for t in pair], spec["tiny"]["vocab_size"]
+    )
     check_completion_lengths(spec, by_task, tokenizer)
 
 
@@ -76,10 +77,16 @@ def tiny_model_and_pair():
 
     user, completion = "Calculate 12 + 34.", "2+4=6, 1+3=4. 12 + 34 = \\boxed{46}"
     tokenizer = build_tokenizer([user, completion, "user\nassistant\n"], 300)
-    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
-            "num_key_value_heads": 1}
-    model = build_tiny_model(arch, 0, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id)
+    arch = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    }
+    model = build_tiny_model(
+        arch, 0, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     return model, tokenizer, [(user, completion)]
 
 
@@ -90,8 +97,13 @@ def test_warm_start_loss_is_the_completion_mean_and_the_prompt_weight_adds_promp
     from trainer.models.base_model import warm_start
     from trainer.rl.rollout import chat_prompt
 
-    arch = {**TINY_DEFAULTS, "warm_start_steps": 1, "warm_start_batch_size": 4,
-            "warm_start_micro_batches": micro_batches, "warm_start_learning_rate": 1e-2}
+    arch = {
+        **TINY_DEFAULTS,
+        "warm_start_steps": 1,
+        "warm_start_batch_size": 4,
+        "warm_start_micro_batches": micro_batches,
+        "warm_start_learning_rate": 1e-2,
+    }
     results = {}
     for prompt_weight in (0.0, 0.5):
         model, tokenizer, pairs = tiny_model_and_pair()
@@ -100,8 +112,9 @@ def test_warm_start_loss_is_the_completion_mean_and_the_prompt_weight_adds_promp
         ids = torch.tensor([prompt + completion])
         with torch.no_grad():  # Hugging Face's causal-LM loss on the completion tokens, before the step
             expected = model(input_ids=ids, labels=torch.tensor([[-100] * len(prompt) + completion])).loss.item()
-        stats = warm_start(model, tokenizer, pairs, {**arch, "warm_start_prompt_loss": prompt_weight}, 0,
-                           log=lambda msg: None)
+        stats = warm_start(
+            model, tokenizer, pairs, {**arch, "warm_start_prompt_loss": prompt_weight}, 0, log=lambda msg: None
+        )
         assert stats["final_loss"] == pytest.approx(expected, rel=1e-5)  # the logged loss: completion tokens only
         results[prompt_weight] = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert not torch.allclose(results[0.0], results[0.5]), "the prompt tokens' loss changed nothing"
@@ -110,8 +123,15 @@ def test_warm_start_loss_is_the_completion_mean_and_the_prompt_weight_adds_promp
 def test_the_final_decay_starts_once_the_loss_is_below_the_threshold_else_over_the_last_quarter():
     from trainer.models.base_model import LOSS_WINDOW, warm_start
 
-    arch = {**TINY_DEFAULTS, "warm_start_steps": 200, "warm_start_batch_size": 2, "warm_start_micro_batches": 1,
-            "warm_start_warmup_steps": 5, "warm_start_decay_steps": 5, "warm_start_learning_rate": 1e-2}
+    arch = {
+        **TINY_DEFAULTS,
+        "warm_start_steps": 200,
+        "warm_start_batch_size": 2,
+        "warm_start_micro_batches": 1,
+        "warm_start_warmup_steps": 5,
+        "warm_start_decay_steps": 5,
+        "warm_start_learning_rate": 1e-2,
+    }
     lines = []
     model, tokenizer, pairs = tiny_model_and_pair()
     first = warm_start(model, tokenizer, pairs, {**arch, "warm_start_steps": 1}, 0, log=lambda m: None)["final_loss"]

@@ -18,12 +18,21 @@ from transformers.generation.utils import GenerationMixin
 from tests.local_qwen3 import small_vocab_tokenizer
 from trainer.models.base_model import build_tiny_model
 from trainer.rl.policies import PolicySet
-from trainer.settings import TrainingSettings, from_dict
 from trainer.rl.rollout import ConfigError, HFGenerator, chat_prompt
+from trainer.settings import TrainingSettings, from_dict
 
 MAX_NEW = 6
-TRAINING = from_dict(TrainingSettings, {"finetune": "lora", "lora": {"r": 4, "lora_alpha": 8}, "max_steps": 1,
-                                         "learning_rate": 1e-3, "lr_scheduler_type": "constant"}, "training")
+TRAINING = from_dict(
+    TrainingSettings,
+    {
+        "finetune": "lora",
+        "lora": {"r": 4, "lora_alpha": 8},
+        "max_steps": 1,
+        "learning_rate": 1e-3,
+        "lr_scheduler_type": "constant",
+    },
+    "training",
+)
 # prompts of many lengths, not sorted: the chunks must sort them and put the results back
 PROMPTS = [f"Calculate {a} + {b}." + " Then add 1." * (a % 5) for a, b in zip(range(7, 40, 3), range(11))] * 2
 
@@ -31,10 +40,14 @@ PROMPTS = [f"Calculate {a} + {b}." + " Then add 1." * (a % 5) for a, b in zip(ra
 @pytest.fixture(scope="module")
 def setup():
     tok = small_vocab_tokenizer()
-    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
-            "num_key_value_heads": 2}
-    base = build_tiny_model(arch, 0, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                            pad_token_id=tok.pad_token_id)
+    arch = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+    base = build_tiny_model(arch, 0, vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     return tok, PolicySet(base, {"generator": "shared"}, TRAINING)
 
 
@@ -129,7 +142,8 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_greedy_outputs(setup,
     model = policies.model("shared")
     widths: list[tuple[int, int]] = []  # (rows, tokens) of each forward pass
     hook = model.get_base_model().register_forward_pre_hook(
-        lambda mod, args, kwargs: widths.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        lambda mod, args, kwargs: widths.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     try:
         gen = HFGenerator(policies, tok, max_new_tokens=MAX_NEW, temperature=0.0)
         shared = gen("generator", PROMPTS)  # every prompt twice

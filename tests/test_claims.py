@@ -116,8 +116,9 @@ def test_amplification_dose_recovers_planted_effect(planted, null):
     corr = t[t["statistic"] == "corr_drop"].set_index(["workflow", "policy"]).loc[("all", "all")]
     assert _excludes_zero(corr["lo"], corr["hi"], +1)
     n = null["amplification_dose"]
-    for r in n[n["statistic"].isin(["slope", "corr_drop"]) & (n["policy"].isin(["isolated - shared", "all"]))
-               ].itertuples():
+    for r in n[
+        n["statistic"].isin(["slope", "corr_drop"]) & (n["policy"].isin(["isolated - shared", "all"]))
+    ].itertuples():
         assert _includes_zero(r.lo, r.hi), r
 
 

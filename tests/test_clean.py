@@ -22,8 +22,11 @@ def fake_run(results: Path, name: str, done: bool = False) -> tuple[Path, list[P
     work = run / rundir.WORK_DIR
     ckpts = work / rundir.CHECKPOINTS_DIR
     whole = [rundir.checkpoint_dir(work, s) for s in (2, 4, 6)]
-    junk = [rundir.checkpoint_tmp_dir(work, 8), ckpts / "step-000005.damaged-empty-files",
-            run / f".train.parquet.tmp-{DEAD_PID}"]
+    junk = [
+        rundir.checkpoint_tmp_dir(work, 8),
+        ckpts / "step-000005.damaged-empty-files",
+        run / f".train.parquet.tmp-{DEAD_PID}",
+    ]
     for d in whole + junk[:2]:
         (d / "policies").mkdir(parents=True)
         (d / rundir.STATE_PT).write_bytes(b"x" * 1000)

@@ -18,8 +18,9 @@ def test_cliffs_matrix_dag_has_its_runs_with_the_hot_schedule(workdir):
     hot = resolve_run_config(config, parse_run_id("voting-code-tiny-cliffs-isolated-s0"))["training"]
     assert hot["learning_rate"] == 5 * demo["learning_rate"] and hot["max_steps"] > demo["max_steps"]
     # apart from the schedule, the same tiny demo settings
-    assert {k: v for k, v in hot.items() if k not in ("learning_rate", "max_steps", "eval_every")} == \
-        {k: v for k, v in demo.items() if k not in ("learning_rate", "max_steps", "eval_every")}
+    assert {k: v for k, v in hot.items() if k not in ("learning_rate", "max_steps", "eval_every")} == {
+        k: v for k, v in demo.items() if k not in ("learning_rate", "max_steps", "eval_every")
+    }
     dry = snakemake("-n", "--config", "matrix=cliffs", cwd=workdir).stdout
     trains = re.findall(r"rule train:.*?wildcards: run=(\S+)", dry, flags=re.S)
     assert sorted(trains) == sorted(runs)

@@ -7,8 +7,15 @@ import copy
 import pytest
 
 from tests.conftest import ROOT
-from trainer.sweep.config import (ConfigError, changed_keys, config_hash, expand_matrix, load_yaml, resolve_run_config,
-                            validate_config)
+from trainer.sweep.config import (
+    ConfigError,
+    changed_keys,
+    config_hash,
+    expand_matrix,
+    load_yaml,
+    resolve_run_config,
+    validate_config,
+)
 from trainer.sweep.runid import RunId, parse_run_id
 
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
@@ -45,14 +52,23 @@ def test_demo_runs_take_the_tiny_tasks_completion_length(config):
     assert paper["training"]["max_completion_length"] == 3072
 
 
-@pytest.mark.parametrize("text", ["voting-math-qwen3-0.6b-shared-s0", "orch_workers-code-tiny-isolated-s12",
-                                  "single-math-my-model.v2-shared-s3"])
+@pytest.mark.parametrize(
+    "text",
+    ["voting-math-qwen3-0.6b-shared-s0", "orch_workers-code-tiny-isolated-s12", "single-math-my-model.v2-shared-s3"],
+)
 def test_run_id_round_trip(text):
     assert str(parse_run_id(text)) == text
 
 
-@pytest.mark.parametrize("text", ["vot-ing-math-tiny-shared-s0", "Voting-math-tiny-shared-s0", "voting-math-tiny-shared-0",
-                                  "voting-chess-tiny-shared-s0"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "vot-ing-math-tiny-shared-s0",
+        "Voting-math-tiny-shared-s0",
+        "voting-math-tiny-shared-0",
+        "voting-chess-tiny-shared-s0",
+    ],
+)
 def test_bad_run_id_is_named(text):
     with pytest.raises(ValueError, match=text):
         parse_run_id(text)

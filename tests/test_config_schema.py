@@ -8,8 +8,9 @@ analysis/settings.py instead of deriving one from the other.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -67,17 +68,21 @@ def _fields(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
-@pytest.mark.parametrize("schema_path, cls", [
-    (("$defs", "training"), ts.TrainingSettings),
-    (("$defs", "training", "properties", "lora"), ts.LoraSettings),
-    (("$defs", "resources"), ts.ResourceSettings),
-    (("$defs", "data_source"), ts.SourceSettings),
-    (("$defs", "task"), ts.TaskSettings),
-    (("properties", "launcher"), ts.LauncherSettings),
-    (("properties", "workflows", "additionalProperties"), ts.WorkflowSettings),
-    (("properties", "analysis"), AnalysisSettings),
-    (("properties", "scales", "additionalProperties", "properties", "tiny"), ts.TinySettings),
-], ids=lambda x: x.__name__ if isinstance(x, type) else ".".join(x))
+@pytest.mark.parametrize(
+    "schema_path, cls",
+    [
+        (("$defs", "training"), ts.TrainingSettings),
+        (("$defs", "training", "properties", "lora"), ts.LoraSettings),
+        (("$defs", "resources"), ts.ResourceSettings),
+        (("$defs", "data_source"), ts.SourceSettings),
+        (("$defs", "task"), ts.TaskSettings),
+        (("properties", "launcher"), ts.LauncherSettings),
+        (("properties", "workflows", "additionalProperties"), ts.WorkflowSettings),
+        (("properties", "analysis"), AnalysisSettings),
+        (("properties", "scales", "additionalProperties", "properties", "tiny"), ts.TinySettings),
+    ],
+    ids=lambda x: x.__name__ if isinstance(x, type) else ".".join(x),
+)
 def test_schema_and_settings_name_the_same_keys(schema_path: tuple[str, ...], cls: type) -> None:
     """A key added to one and not the other fails here, naming it."""
     schema, fields = _props(*schema_path), _fields(cls)
@@ -86,8 +91,19 @@ def test_schema_and_settings_name_the_same_keys(schema_path: tuple[str, ...], cl
 
 
 def test_every_setting_has_help() -> None:
-    for cls in (ts.TrainingSettings, ts.LoraSettings, ts.ResourceSettings, ts.LauncherSettings, ts.WorkflowSettings,
-                ts.SourceSettings, ts.TaskSettings, ts.ModelSettings, ts.TinySettings, ts.RunSettings, AnalysisSettings):
+    for cls in (
+        ts.TrainingSettings,
+        ts.LoraSettings,
+        ts.ResourceSettings,
+        ts.LauncherSettings,
+        ts.WorkflowSettings,
+        ts.SourceSettings,
+        ts.TaskSettings,
+        ts.ModelSettings,
+        ts.TinySettings,
+        ts.RunSettings,
+        AnalysisSettings,
+    ):
         missing = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("help")]
         assert not missing, f"{cls.__name__}: fields without help: {missing}"
 
@@ -112,13 +128,19 @@ def test_every_run_of_config_yaml_reads_into_settings() -> None:
     assert AnalysisSettings.from_dict(config["analysis"]).smoothing_window == config["analysis"]["smoothing_window"]
 
 
-@pytest.mark.parametrize("patch, fragment", [
-    ({"training": {"learning_rat": 1}}, "<run>.training.learning_rat: unknown key"),
-    ({"training": {"epsilon_high": 0.1}}, "training.epsilon_high (0.1) is below training.epsilon"),
-    ({"model": {"name": "tiny", "dtype": "float32", "tiny": None}}, "set scales.tiny.tiny"),
-    ({"task_params": {"train": {"source": "hf", "split": "train"}}}, "tasks.math.train: a hf source needs ['path']"),
-    ({"launcher": {"poll_interval": 1}}, "<run>.launcher.poll_interval: unknown key"),
-])
+@pytest.mark.parametrize(
+    "patch, fragment",
+    [
+        ({"training": {"learning_rat": 1}}, "<run>.training.learning_rat: unknown key"),
+        ({"training": {"epsilon_high": 0.1}}, "training.epsilon_high (0.1) is below training.epsilon"),
+        ({"model": {"name": "tiny", "dtype": "float32", "tiny": None}}, "set scales.tiny.tiny"),
+        (
+            {"task_params": {"train": {"source": "hf", "split": "train"}}},
+            "tasks.math.train: a hf source needs ['path']",
+        ),
+        ({"launcher": {"poll_interval": 1}}, "<run>.launcher.poll_interval: unknown key"),
+    ],
+)
 def test_settings_errors_name_the_key(patch: dict[str, Any], fragment: str) -> None:
     config = load_config(ROOT / "config.yaml", ROOT / "rules" / "config.schema.yaml")
     run = resolve_run_config(config, expand_matrix(config)[0])

@@ -62,12 +62,15 @@ def test_demo_train_jobs_start_longest_first():
     assert set(order[-2:]) == {"single-math-tiny-shared-s0", "single-code-tiny-shared-s0"}
 
 
-@pytest.mark.parametrize("override, message", [
-    ("training={learning_rat: 1}", "training.learning_rat: unknown key"),
-    ("matrices={demo: {workflows: [debate]}}", "matrices.demo.workflows: 'debate' has no entry in `workflows`"),
-    ("workflows={my-flow: {}}", "workflows: 'my-flow' does not match"),  # no dash: run ids split on it
-    ("matrix=nope", "matrix: 'nope' is not one of matrices"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("training={learning_rat: 1}", "training.learning_rat: unknown key"),
+        ("matrices={demo: {workflows: [debate]}}", "matrices.demo.workflows: 'debate' has no entry in `workflows`"),
+        ("workflows={my-flow: {}}", "workflows: 'my-flow' does not match"),  # no dash: run ids split on it
+        ("matrix=nope", "matrix: 'nope' is not one of matrices"),
+    ],
+)
 def test_bad_config_fails_before_any_job_naming_the_key(override, message):
     proc = snakemake("-n", "--config", override, check=False)
     assert proc.returncode != 0
@@ -113,13 +116,21 @@ def test_figures_never_schedules_training(how, workdir, slurm_profile_installed)
 
     write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
     if how == "python entry point":
-        proc = subprocess.run([sys.executable, "-c", FIGURES_FROM_PYTHON, "--directory", str(workdir)],
-                              cwd=workdir, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", FIGURES_FROM_PYTHON, "--directory", str(workdir)],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         dry = proc.stdout
     else:
-        extra = {"as typed": [], "config changed": ["--config", "training={learning_rate: 0.5}"],
-                 "slurm profile": ["--profile", "slurm"]}[how]
+        extra = {
+            "as typed": [],
+            "config changed": ["--config", "training={learning_rate: 0.5}"],
+            "slurm profile": ["--profile", "slurm"],
+        }[how]
         dry = snakemake("figures", "-n", "-p", *extra, cwd=workdir).stdout
     assert "rule train" not in dry and "rule base_model" not in dry and "rule analyse" not in dry
     assert "rule figures:" in dry and "python -m analysis analyse" in dry

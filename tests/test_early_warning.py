@@ -20,16 +20,26 @@ def flat_run(policy: str = "shared", seed: int = 0) -> pd.DataFrame:
     rows = []
     for step in range(1, STEPS + 1):
         for role, share in (("generator", 0.5), ("aggregator", 0.5)):
-            rows.append({"step": step, "role": role, "policy": policy if policy == "shared" else role,
-                         "entropy": 2.0 + 0.05 * rng.standard_normal(), "grad_norm": 1.0 + 0.1 * rng.random(),
-                         "grad_sq_share": share + 0.02 * rng.standard_normal(),
-                         "zero_var_group_share": 0.3 + 0.05 * rng.random(),
-                         "amplification_index": 1.2 + 0.05 * rng.random(),
-                         "logp_mismatch": 0.05 + 0.01 * rng.random(), "skipped": False})
+            rows.append(
+                {
+                    "step": step,
+                    "role": role,
+                    "policy": policy if policy == "shared" else role,
+                    "entropy": 2.0 + 0.05 * rng.standard_normal(),
+                    "grad_norm": 1.0 + 0.1 * rng.random(),
+                    "grad_sq_share": share + 0.02 * rng.standard_normal(),
+                    "zero_var_group_share": 0.3 + 0.05 * rng.random(),
+                    "amplification_index": 1.2 + 0.05 * rng.random(),
+                    "logp_mismatch": 0.05 + 0.01 * rng.random(),
+                    "skipped": False,
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def plant(df: pd.DataFrame, column: str, value: float, role: str = "generator", only_onset: bool = False) -> pd.DataFrame:
+def plant(
+    df: pd.DataFrame, column: str, value: float, role: str = "generator", only_onset: bool = False
+) -> pd.DataFrame:
     """Set `column` of `role` to `value` from step ONSET on (or at ONSET only: a spike)."""
     df = df.copy()
     at = (df["role"] == role) & ((df["step"] == ONSET) if only_onset else (df["step"] >= ONSET))
@@ -86,8 +96,11 @@ def test_thresholds_come_from_config_and_unknown_keys_are_errors():
 def test_online_warnings_at_each_step_equal_the_offline_ones():
     df = plant(flat_run(), "entropy", 0.2)
     rows = df.to_dict("records")
-    online = [w for s in range(1, STEPS + 1) for w in ew.warnings_at([r for r in rows if r["step"] <= s], s,
-                                                                      ew.DEFAULT_THRESHOLDS)]
+    online = [
+        w
+        for s in range(1, STEPS + 1)
+        for w in ew.warnings_at([r for r in rows if r["step"] <= s], s, ew.DEFAULT_THRESHOLDS)
+    ]
     assert pd.DataFrame(online).equals(ew.warnings_from_train(df))
 
 
@@ -106,18 +119,28 @@ def test_warnings_judged_against_cliffs():
     from analysis.warnings_judged import judge
 
     def w(*pairs):
-        return pd.DataFrame([{"step": s, "role": "generator", "detector": d, "value": 1.0, "threshold": 0.5}
-                             for d, s in pairs], columns=["step", "role", "detector", "value", "threshold"])
+        return pd.DataFrame(
+            [{"step": s, "role": "generator", "detector": d, "value": 1.0, "threshold": 0.5} for d, s in pairs],
+            columns=["step", "role", "detector", "value", "threshold"],
+        )
 
-    runs = [{"cliff_step": 100.0, "warnings": w(("capture", 60), ("capture", 90), ("grad_norm_spike", 120))},
-            {"cliff_step": 50.0, "warnings": w(("capture", 30))},
-            {"cliff_step": 80.0, "warnings": w()},
-            {"cliff_step": float("nan"), "warnings": w(("grad_norm_spike", 10))},
-            {"cliff_step": float("nan"), "warnings": w()}]
+    runs = [
+        {"cliff_step": 100.0, "warnings": w(("capture", 60), ("capture", 90), ("grad_norm_spike", 120))},
+        {"cliff_step": 50.0, "warnings": w(("capture", 30))},
+        {"cliff_step": 80.0, "warnings": w()},
+        {"cliff_step": float("nan"), "warnings": w(("grad_norm_spike", 10))},
+        {"cliff_step": float("nan"), "warnings": w()},
+    ]
     table = judge(runs, ["capture", "grad_norm_spike"]).set_index("detector")
-    assert table.loc["capture"].to_dict() == {"runs_cliff": 3, "warned_before_cliff": 2, "hit_rate": 2 / 3,
-                                              "median_lead_steps": 30.0, "runs_no_cliff": 2, "false_alarms": 0,
-                                              "false_alarm_rate": 0.0}
+    assert table.loc["capture"].to_dict() == {
+        "runs_cliff": 3,
+        "warned_before_cliff": 2,
+        "hit_rate": 2 / 3,
+        "median_lead_steps": 30.0,
+        "runs_no_cliff": 2,
+        "false_alarms": 0,
+        "false_alarm_rate": 0.0,
+    }
     spike = table.loc["grad_norm_spike"]
     assert spike["warned_before_cliff"] == 0 and np.isnan(spike["median_lead_steps"])  # fired after the cliff
     assert spike["false_alarms"] == 1 and spike["false_alarm_rate"] == 0.5
@@ -143,8 +166,8 @@ def test_analyse_writes_the_early_warning_table_and_figure(tmp_path):
     import io
 
     from analysis.analyse import analyse
-    from analysis.settings import AnalysisSettings
     from analysis.figures import render_all
+    from analysis.settings import AnalysisSettings
     from benchmarks.bench_warnings import judged_planted_runs
 
     judged_planted_runs(tmp_path / "runs", steps=120, seeds=1)

@@ -62,8 +62,9 @@ with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
 @cache
 def rule_envs() -> dict[str, dict]:
     """env file -> {"rules": the rules naming it, "clis": the packages they run with `python -m`}."""
-    proc = subprocess.run([sys.executable, "-c", RULES_SCRIPT, str(ROOT)], capture_output=True, text=True,
-                          timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", RULES_SCRIPT, str(ROOT)], capture_output=True, text=True, timeout=120, check=True
+    )
     envs: dict[str, dict] = {}
     for rule, (conda_env, rule_dir, shellcmd) in json.loads(proc.stdout.splitlines()[-1]).items():
         clis = set(re.findall(r"python -m (\w+)", shellcmd or ""))
@@ -92,8 +93,12 @@ def imported_names(path: Path, module: str) -> set[str]:
             base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
             base = ".".join(p for p in (base, node.module or "") if p)
             names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "find_spec" and node.args
-              and isinstance(node.args[0], ast.Constant)):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "find_spec"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(node.args[0].value)
     return names
 
@@ -127,8 +132,12 @@ def distributions_of(imports: dict[str, str]) -> dict[str, str]:
     by_name = metadata.packages_distributions()
     unknown = sorted(set(imports) - set(by_name) - OPTIONAL_IMPORTS)
     assert not unknown, f"imported but no installed distribution provides them: {unknown}"
-    return {canonicalize_name(dist): f"`{name}` ({where})"
-            for name, where in imports.items() if name in by_name for dist in by_name[name]}
+    return {
+        canonicalize_name(dist): f"`{name}` ({where})"
+        for name, where in imports.items()
+        if name in by_name
+        for dist in by_name[name]
+    }
 
 
 def with_requirements(names: set[str]) -> set[str]:
@@ -173,8 +182,11 @@ def test_rules_name_the_env_of_each_cli():
 @pytest.mark.parametrize("env_name", ["trainer.yaml", "analysis.yaml"])
 def test_env_file_lists_what_its_rules_import(env_name):
     path = str(ROOT / "envs" / env_name)
-    needed = {d: h for cli in rule_envs()[path]["clis"]
-              for d, h in distributions_of(static_imports(cli, NOT_RUN_BY_RULES)).items()}
+    needed = {
+        d: h
+        for cli in rule_envs()[path]["clis"]
+        for d, h in distributions_of(static_imports(cli, NOT_RUN_BY_RULES)).items()
+    }
     assert {"pandas", "pyarrow"} <= set(needed)  # the walk finds imports at all
     gaps = missing(needed, env_file_distributions(Path(path)))
     assert not gaps, f"envs/{env_name} (rules {sorted(rule_envs()[path]['rules'])}) misses {gaps}"
@@ -211,7 +223,9 @@ def runtime_imports(log: Path) -> dict[str, str]:
     also list the optional imports it tried and went without: those are not installed here)."""
     names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*([\w.]+)", log.read_text(), flags=re.MULTILINE)
     tops = {n.split(".")[0] for n in names}
-    return {t: f"at run time, {log.name}" for t in sorted(tops) if installed_third_party(t) and t not in RUNTIME_OPTIONAL}
+    return {
+        t: f"at run time, {log.name}" for t in sorted(tops) if installed_third_party(t) and t not in RUNTIME_OPTIONAL
+    }
 
 
 def test_analysis_env_lists_what_the_analysis_imports_when_it_runs(workdir, monkeypatch):
@@ -226,7 +240,9 @@ def test_analysis_env_lists_what_the_analysis_imports_when_it_runs(workdir, monk
         imports |= runtime_imports(workdir / "results" / "logs" / log)
     needed = distributions_of(imports)
     assert {"pandas", "matplotlib", "tabulate"} <= set(needed)
-    for listed, where in [(env_file_distributions(ROOT / "envs" / "analysis.yaml"), "envs/analysis.yaml"),
-                          (pyproject_distributions(), "pyproject.toml's dependencies")]:
+    for listed, where in [
+        (env_file_distributions(ROOT / "envs" / "analysis.yaml"), "envs/analysis.yaml"),
+        (pyproject_distributions(), "pyproject.toml's dependencies"),
+    ]:
         gaps = missing(needed, listed)
         assert not gaps, f"{where} misses {gaps}"

@@ -16,8 +16,7 @@ import threading
 
 import pytest
 
-from tests.resilience import (assert_same_logs, published_logs, start_trainer, tiny_base_model, tiny_run_config,
-                              wait_for)
+from tests.resilience import assert_same_logs, published_logs, start_trainer, tiny_base_model, tiny_run_config, wait_for
 from trainer.rl import evaluation
 from trainer.rl.rollout import HFGenerator
 from trainer.rl.run import run_training
@@ -26,8 +25,14 @@ from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"  # two generate calls per chunk: the voters', the aggregator's
 # 12 eval problems in chunks of 4: three chunks per eval (at steps 0 and 2)
-SCHEDULE = {"max_steps": 2, "eval_every": 2, "save_every": 2, "eval_problems": 12, "eval_chunk_problems": 4,
-            "samples_per_eval": 4}
+SCHEDULE = {
+    "max_steps": 2,
+    "eval_every": 2,
+    "save_every": 2,
+    "eval_problems": 12,
+    "eval_chunk_problems": 4,
+    "samples_per_eval": 4,
+}
 CALLS_PER_CHUNK = 2
 
 
@@ -49,8 +54,9 @@ def progress_dir(run_dir, step):
 
 
 @pytest.mark.slow
-def test_a_job_killed_in_the_middle_of_an_eval_resumes_it_at_its_first_unfinished_chunk(reference, base_model,
-                                                                                       tmp_path, capsys):
+def test_a_job_killed_in_the_middle_of_an_eval_resumes_it_at_its_first_unfinished_chunk(
+    reference, base_model, tmp_path, capsys
+):
     run_dir, log = tmp_path / "killed", tmp_path / "train.log"
     write_run_config(tiny_run_config(RUN, SCHEDULE), base_model, run_dir)
     proc = start_trainer(run_dir, log, TRAINER_TEST_PAUSE_AT="generate", TRAINER_TEST_PAUSE_S="0.5")
@@ -69,7 +75,8 @@ def test_a_job_killed_in_the_middle_of_an_eval_resumes_it_at_its_first_unfinishe
 
 @pytest.mark.slow
 def test_a_signal_in_the_middle_of_an_eval_checkpoints_and_the_requeued_job_generates_only_what_is_left(
-        reference, base_model, tmp_path, monkeypatch, capsys):
+    reference, base_model, tmp_path, monkeypatch, capsys
+):
     run_dir = tmp_path / "signalled"
     write_run_config(tiny_run_config(RUN, SCHEDULE), base_model, run_dir)
     stop, real_save = threading.Event(), evaluation.EvalProgress.save

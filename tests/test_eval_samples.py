@@ -27,8 +27,16 @@ from trainer.tasks import Problem, get_task
 from trainer.workflows import Completion, make_workflow
 
 K = 5
-P = [Problem(id=f"p{i}", question=f"Calculate {i} + 1.", answer=str(i + 1),
-             demonstration=f"{i} + 1 = \\boxed{{{i + 1}}}", source="test") for i in range(4)]
+P = [
+    Problem(
+        id=f"p{i}",
+        question=f"Calculate {i} + 1.",
+        answer=str(i + 1),
+        demonstration=f"{i} + 1 = \\boxed{{{i + 1}}}",
+        source="test",
+    )
+    for i in range(4)
+]
 # planted correctness, problem x sample: one, none, all, and two of five samples right
 PLANTED = [[1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 1, 0, 1, 0]]
 
@@ -41,7 +49,7 @@ class Planted:
 
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]:
         assert role == "generator" and len(prompts) <= len(self.replies)
-        out, self.replies = self.replies[:len(prompts)], self.replies[len(prompts):]
+        out, self.replies = self.replies[: len(prompts)], self.replies[len(prompts) :]
         return [Completion(text) for text in out]
 
 
@@ -56,7 +64,7 @@ def planted_split(math_task, problems, plan, k, ranks=None):
     """run_split of the real single workflow under the planted policy (plan: problem-major flags)."""
     ranks = ranks or Ranks.single()
     mine = shard_problems(problems, ranks)  # interleaved: problems r, r + W, ...
-    replies = [c for p in mine for c in plan[problems.index(p) * k:(problems.index(p) + 1) * k]]
+    replies = [c for p in mine for c in plan[problems.index(p) * k : (problems.index(p) + 1) * k]]
     policy = Planted([p for p in mine for _ in range(k)], replies)
     return run_split(make_workflow("single", {}, math_task), policy, ranks, problems, k)
 
@@ -102,7 +110,7 @@ def test_sharded_eval_interleaves_problems_keeping_a_problems_samples_on_one_ran
     shares = []
     for r in range(2):
         mine = [p for p in shard_problems(problems, Ranks(r, 2, r)) for _ in range(K)]
-        replies = [c for p in mine[::K] for c in flat[problems.index(p) * K:(problems.index(p) + 1) * K]]
+        replies = [c for p in mine[::K] for c in flat[problems.index(p) * K : (problems.index(p) + 1) * K]]
         shares.append(workflow.run(mine, Planted(mine, replies)))
     Gathered.shares = shares
     gathered = gather_problem_major(Gathered(0, 2, 0), shares[0], len(problems), K)
@@ -150,6 +158,7 @@ def test_metrics_refuse_a_ragged_batch():
 
 # -- settings -----------------------------------------------------------------------------------------
 
+
 def test_several_greedy_samples_are_an_error_naming_the_key():
     with pytest.raises(SettingsError, match=r"training.eval_samples: 5 .* training.eval_temperature is 0"):
         TrainingSettings(eval_samples=5, eval_temperature=0.0)
@@ -160,8 +169,9 @@ def test_several_greedy_samples_are_an_error_naming_the_key():
 def test_greedy_samples_fail_validation_naming_the_runs():
     config = load_yaml(ROOT / "config.yaml")
     schema = load_yaml(ROOT / "rules/config.schema.yaml")
-    config["overrides"].append({"match": {"scale": "tiny", "task": "math"},
-                                "training": {"eval_samples": 3, "eval_temperature": 0}})
+    config["overrides"].append(
+        {"match": {"scale": "tiny", "task": "math"}, "training": {"eval_samples": 3, "eval_temperature": 0}}
+    )
     with pytest.raises(ConfigError, match=r"training.eval_samples: 3 .*\(runs: .*single-math-tiny-shared-s0"):
         validate_config(config, schema)
 
@@ -169,16 +179,21 @@ def test_greedy_samples_fail_validation_naming_the_runs():
 def test_eval_problems_all_globally_and_per_split():
     assert eval_problem_limit(None, "all") is None and eval_problem_limit(None, 500) == 500
     assert eval_problem_limit("all", 500) is None and eval_problem_limit(7, "all") == 7  # the split's own wins
-    assert [p for p in range(10)][:eval_problem_limit(None, "all")] == list(range(10))
+    assert [p for p in range(10)][: eval_problem_limit(None, "all")] == list(range(10))
     with pytest.raises(SettingsError, match="training.eval_problems: 'some'"):
         TrainingSettings(eval_problems="some")
-    task = task_settings({"train": {"source": "synthetic_functions", "size": 3},
-                          "eval": [{"name": "f", "source": "synthetic_functions", "size": 3, "eval_problems": "all"}]},
-                         "tasks.code")
+    task = task_settings(
+        {
+            "train": {"source": "synthetic_functions", "size": 3},
+            "eval": [{"name": "f", "source": "synthetic_functions", "size": 3, "eval_problems": "all"}],
+        },
+        "tasks.code",
+    )
     assert task.eval[0].eval_problems == "all"
     with pytest.raises(SettingsError, match=r"tasks.code.eval.0.eval_problems: 0"):
-        task_settings({"eval": [{"name": "f", "source": "synthetic_functions", "size": 3, "eval_problems": 0}]},
-                      "tasks.code")
+        task_settings(
+            {"eval": [{"name": "f", "source": "synthetic_functions", "size": 3, "eval_problems": 0}]}, "tasks.code"
+        )
     with pytest.raises(SettingsError, match="tasks.code.train.eval_problems"):
         task_settings({"train": {"source": "synthetic_functions", "size": 3, "eval_problems": 2}}, "tasks.code")
 
@@ -241,23 +256,27 @@ def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_mo
     trainer.evaluate(0)  # the same step again: the same draws (the eval seed is the run's and the step's)
     first, again = trainer.eval_rows
     assert {k: v for k, v in first.items() if k != "time_s"} == pytest.approx(
-        {k: v for k, v in again.items() if k != "time_s"}, nan_ok=True)
+        {k: v for k, v in again.items() if k != "time_s"}, nan_ok=True
+    )
     episodes = seen[0]
     ids = [ep.problem.id for ep in episodes]
     assert len(set(ids)) == 8 and ids == [i for i in dict.fromkeys(ids) for _ in range(K)]  # 8 problems x 5
-    texts = [[ep.final_text for ep in episodes[i * K:(i + 1) * K]] for i in range(8)]
+    texts = [[ep.final_text for ep in episodes[i * K : (i + 1) * K]] for i in range(8)]
     assert any(len(set(t)) > 1 for t in texts), "the 5 samples of every problem are the same text"
-    correct = [[ep.correct for ep in episodes[i * K:(i + 1) * K]] for i in range(8)]
+    correct = [[ep.correct for ep in episodes[i * K : (i + 1) * K]] for i in range(8)]
     assert 0 < sum(map(sum, correct)) < 40, "planting gave no spread"
     per_sample = [sum(c[j] for c in correct) / 8 for j in range(K)]
     assert (first["n"], first["k"], first["n_episodes"]) == (8, K, 40)
     assert first["accuracy"] == pytest.approx(sum(map(sum, correct)) / 40) == pytest.approx(sum(per_sample) / K)
-    assert first["pass_at_k"] == pytest.approx(sum(any(c) for c in correct) / 8) and first["pass_at_k"] >= first["accuracy"]
+    assert (
+        first["pass_at_k"] == pytest.approx(sum(any(c) for c in correct) / 8)
+        and first["pass_at_k"] >= first["accuracy"]
+    )
     mean = sum(per_sample) / K
     assert first["accuracy_std"] == pytest.approx(math.sqrt(sum((a - mean) ** 2 for a in per_sample) / (K - 1)))
     trainer.write_logs(tmp_path)
     written = pd.read_parquet(tmp_path / rundir.EVAL_PARQUET)
-    assert list(written.columns[:len(rundir.EVAL_SCHEMA.names)]) == rundir.EVAL_SCHEMA.names
+    assert list(written.columns[: len(rundir.EVAL_SCHEMA.names)]) == rundir.EVAL_SCHEMA.names
     assert written.loc[0, "pass_at_k"] == first["pass_at_k"] and written.loc[0, "k"] == K
 
 
@@ -335,6 +354,7 @@ def test_prefetch_prepares_every_configuration_a_run_reads(monkeypatch, fixture_
 
 
 # -- the cost plan ------------------------------------------------------------------------------------------
+
 
 def test_the_plan_multiplies_eval_cost_by_k_and_states_the_sizes_it_assumes(tmp_path):
     import copy

@@ -23,8 +23,17 @@ from tests.resilience import workflow_copy
 from trainer.sweep import rundir
 from trainer.sweep.config import base_model_spec, load_yaml, validate_config
 from trainer.tasks import Problem, get_task
-from trainer.workflows import (WORKFLOWS, Completion, Episode, Turn, Workflow, make_workflow, parse_verdict, register,
-                               score_episodes)
+from trainer.workflows import (
+    WORKFLOWS,
+    Completion,
+    Episode,
+    Turn,
+    Workflow,
+    make_workflow,
+    parse_verdict,
+    register,
+    score_episodes,
+)
 from trainer.workflows.episode import mean
 
 NAME = "second_opinion"
@@ -41,7 +50,7 @@ class SecondOpinion(Workflow):
     prompt_templates = {
         "proposer": "{problem}\n\n{answer_format}",
         "verifier": "Problem: {problem}\n\nSolution: {solution}\n\nIs the solution correct? Reply \\boxed{Correct} "
-                    "or \\boxed{Incorrect}, with brief feedback that does not reveal the answer.",
+        "or \\boxed{Incorrect}, with brief feedback that does not reveal the answer.",
     }
 
     @classmethod
@@ -50,8 +59,10 @@ class SecondOpinion(Workflow):
 
     def run(self, problems, generate):
         prompts = [self.prompt("proposer", problem=p.question) for p in problems]
-        episodes = [Episode(p, [Turn("proposer", 0, q, o)], final_text=o.text)
-                    for p, q, o in zip(problems, prompts, generate("proposer", prompts))]
+        episodes = [
+            Episode(p, [Turn("proposer", 0, q, o)], final_text=o.text)
+            for p, q, o in zip(problems, prompts, generate("proposer", prompts))
+        ]
         checks = [self.prompt("verifier", problem=ep.problem.question, solution=ep.final_text) for ep in episodes]
         for ep, q, o in zip(episodes, checks, generate("verifier", checks)):
             ep.turns.append(Turn("verifier", 0, q, o))
@@ -60,17 +71,29 @@ class SecondOpinion(Workflow):
 
     def demonstrations(self, problem, wrong, rng):
         bad = rng.choice(wrong)
-        return [(self.prompt("proposer", problem=problem.question), problem.demonstration),
-                (self.prompt("verifier", problem=problem.question, solution=problem.demonstration), "\\boxed{Correct}"),
-                (self.prompt("verifier", problem=problem.question, solution=bad), "Wrong. \\boxed{Incorrect}")]
+        return [
+            (self.prompt("proposer", problem=problem.question), problem.demonstration),
+            (self.prompt("verifier", problem=problem.question, solution=problem.demonstration), "\\boxed{Correct}"),
+            (self.prompt("verifier", problem=problem.question, solution=bad), "Wrong. \\boxed{Incorrect}"),
+        ]
 
     def diagnostics(self, episodes):
-        return {"verifier_accept_rate": mean([ep.info["verdict"] is True for ep in episodes]),
-                "verifier_parse_rate": mean([ep.info["verdict"] is not None for ep in episodes])}
+        return {
+            "verifier_accept_rate": mean([ep.info["verdict"] is True for ep in episodes]),
+            "verifier_parse_rate": mean([ep.info["verdict"] is not None for ep in episodes]),
+        }
 
 
-SCHEDULE = {"max_steps": 2, "eval_every": 2, "save_every": 2, "prompts_per_step": 2, "num_generations": 2,
-            "eval_problems": 4, "samples_per_eval": 2, "max_completion_length": 16}
+SCHEDULE = {
+    "max_steps": 2,
+    "eval_every": 2,
+    "save_every": 2,
+    "prompts_per_step": 2,
+    "num_generations": 2,
+    "eval_problems": 4,
+    "samples_per_eval": 2,
+    "max_completion_length": 16,
+}
 RUNS = [f"{NAME}-math-tiny-{policy}-s0" for policy in ("shared", "isolated")]
 
 
@@ -79,8 +102,16 @@ def sweep_config() -> dict:
     the tiny scale (shared and isolated), a very short schedule and the `local` launcher (a subprocess)."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["workflows"] = {NAME: {"module": MODULE}}  # merged into config.yaml's by --configfile
-    cfg["matrices"] = {"fifth": {"workflows": [NAME], "tasks": ["math"], "scales": ["tiny"],
-                                 "policies": ["shared", "isolated"], "seeds": [0], "single_baseline": False}}
+    cfg["matrices"] = {
+        "fifth": {
+            "workflows": [NAME],
+            "tasks": ["math"],
+            "scales": ["tiny"],
+            "policies": ["shared", "isolated"],
+            "seeds": [0],
+            "single_baseline": False,
+        }
+    }
     cfg["matrix"] = "fifth"
     tiny = next(o for o in cfg["overrides"] if o["match"] == {"scale": "tiny"})
     tiny["training"].update(SCHEDULE)
@@ -144,8 +175,14 @@ def test_a_fifth_workflow_runs_through_training_and_snakemake_figures(sweep_dir)
     assert set(gradients["role"]) == {"proposer", "verifier"}
     amplification = pd.read_parquet(results / "analysis" / "amplification.parquet")
     assert not amplification["group_role"].any()  # config.json: no parallel role
-    for name in ("accuracy_curves", "peak_vs_terminal", "gain_heatmaps", "cliffs", "isolated_gradients",
-                 "shared_capture"):
+    for name in (
+        "accuracy_curves",
+        "peak_vs_terminal",
+        "gain_heatmaps",
+        "cliffs",
+        "isolated_gradients",
+        "shared_capture",
+    ):
         assert (results / "figures" / f"{name}.png").stat().st_size > 1000, name
 
 

@@ -35,13 +35,26 @@ ROUNDS = {"eval_opt": MAX_ITERATIONS}
 # What the design promises: stages x policies used per stage (here always 1), whatever the batch.
 EXPECTED_CALLS = {"single": 1, "voting": 2, "eval_opt": 2 * MAX_ITERATIONS, "orch_workers": 3}
 
-KNOBS = {"single": [{}], "eval_opt": [{}],
-         "voting": [{"n_votes": 2}, {"n_votes": 5}],
-         "orch_workers": [{"max_subtasks": 1}, {"max_subtasks": 3}]}
+KNOBS = {
+    "single": [{}],
+    "eval_opt": [{}],
+    "voting": [{"n_votes": 2}, {"n_votes": 5}],
+    "orch_workers": [{"max_subtasks": 1}, {"max_subtasks": 3}],
+}
 BATCHES = [(1, 2), (3, 4)]  # prompts_per_step x num_generations
-CASES = [pytest.param(w, mode, knobs, batch, id=f"{w}-{mode}-{'-'.join(f'{k}{v}' for k, v in knobs.items()) or 'x'}-"
-                      f"{batch[0]}x{batch[1]}")
-         for w in STAGES for mode in ("shared", "isolated") for knobs in KNOBS[w] for batch in BATCHES]
+CASES = [
+    pytest.param(
+        w,
+        mode,
+        knobs,
+        batch,
+        id=f"{w}-{mode}-{'-'.join(f'{k}{v}' for k, v in knobs.items()) or 'x'}-{batch[0]}x{batch[1]}",
+    )
+    for w in STAGES
+    for mode in ("shared", "isolated")
+    for knobs in KNOBS[w]
+    for batch in BATCHES
+]
 
 
 @pytest.fixture(scope="module")
@@ -81,21 +94,29 @@ def expected_calls(workflow: str, routing: dict[str, str], episodes) -> list[tup
     for r in range(rounds):
         for stage in STAGES[workflow]:
             for policy in dict.fromkeys(routing[role] for role in stage):
-                rows = sum(1 for ep in episodes for t in ep.turns
-                           if t.role in stage and routing[t.role] == policy and (workflow != "eval_opt" or t.agent == r))
+                rows = sum(
+                    1
+                    for ep in episodes
+                    for t in ep.turns
+                    if t.role in stage and routing[t.role] == policy and (workflow != "eval_opt" or t.agent == r)
+                )
                 calls.append((policy, rows))
     return calls
 
 
 @pytest.mark.parametrize("workflow, mode, knobs, batch", CASES)
-def test_generate_calls_per_step_are_stages_times_policies(workflow, mode, knobs, batch, model_dir, tmp_path,
-                                                           monkeypatch):
+def test_generate_calls_per_step_are_stages_times_policies(
+    workflow, mode, knobs, batch, model_dir, tmp_path, monkeypatch
+):
     prompts, generations = batch
     params = {**knobs, **({"max_iterations": MAX_ITERATIONS} if workflow == "eval_opt" else {})}
-    cfg = real_scale_config(model_dir, f"{workflow}-math-qwen3-0.6b-{mode}-s0", tmp_path,
-                            training={"prompts_per_step": prompts, "num_generations": generations,
-                                      "max_completion_length": MAX_NEW_TOKENS},
-                            workflow_params=params or None)
+    cfg = real_scale_config(
+        model_dir,
+        f"{workflow}-math-qwen3-0.6b-{mode}-s0",
+        tmp_path,
+        training={"prompts_per_step": prompts, "num_generations": generations, "max_completion_length": MAX_NEW_TOKENS},
+        workflow_params=params or None,
+    )
     trainer = Trainer(cfg, tmp_path)
     spy = GenerateSpy(trainer, monkeypatch)
     episodes, _ = trainer.rollout(1)
@@ -138,10 +159,13 @@ def test_generation_backend_key_picks_the_rollout_backend(model_dir, tmp_path, m
 
     run = "single-math-qwen3-0.6b-shared-s0"
     trainer = Trainer(real_scale_config(model_dir, run, tmp_path / "hf"), tmp_path / "hf")
-    assert type(trainer.generate.inner) is type(trainer.eval_generate.inner) is rollout.HFGenerator  # under the stop check
+    assert (
+        type(trainer.generate.inner) is type(trainer.eval_generate.inner) is rollout.HFGenerator
+    )  # under the stop check
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(rollout.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else
-                        real_find_spec(name, *a))
+    monkeypatch.setattr(
+        rollout.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
+    )
     cfg = real_scale_config(model_dir, run, tmp_path / "vllm", training={"generation_backend": "vllm"})
     with pytest.raises(ConfigError, match=r"training\.generation_backend: 'vllm' needs the vllm package"):
         Trainer(cfg, tmp_path / "vllm")

@@ -33,6 +33,7 @@ def free_port() -> int:
 
 # -- defect 1: every collective's tensor on a device its backend serves --------------------------
 
+
 def test_checker_fails_a_cpu_tensor_on_an_nccl_group() -> None:
     """The checker itself: a CPU tensor on an NCCL-only group fails (what 31a1845's `sum_floats` did on a GPU
     node); on a device-keyed group, or on gloo, it passes."""
@@ -67,15 +68,18 @@ def collectives_worker(rank: int, port: int, gpus: int, out_dir: str) -> None:
 
     class Exported:  # submitit's TorchDistributedEnvironment, outside a submitit job
         def export(self, **kwargs):
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
-                              LOCAL_RANK=str(rank))
+            os.environ.update(
+                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank)
+            )
             return self
 
     record: dict = {}
     with fake_gpus(gpus) as fake, checked_collectives(fake) as checker:
         try:
-            with mock.patch.object(distributed, "job_ranks", lambda: distributed.Ranks(rank, 2, rank)), \
-                    mock.patch("submitit.helpers.TorchDistributedEnvironment", Exported):
+            with (
+                mock.patch.object(distributed, "job_ranks", lambda: distributed.Ranks(rank, 2, rank)),
+                mock.patch("submitit.helpers.TorchDistributedEnvironment", Exported),
+            ):
                 with distributed.process_group({"gpus": 2}, "gpu-rules", timeout_min=0.5) as ranks:
                     record["device"] = distributed.device_of(ranks)
                     record["results"] = exercise(ranks)
@@ -90,8 +94,12 @@ def exercise(ranks: Ranks) -> dict:
     """Every collective the trainer makes (all through Ranks), on tiny values with known results.
     The parameters stand for a GPU's adapters (CPU tensors here: no CUDA tensor can be made)."""
     r = ranks.rank
-    out = {"gathered": ranks.all_gather([r] * (r + 1)), "sums": ranks.sum_floats([1.0, float(r)]),
-           "all_true": ranks.all_true(r == 0), "any_true": ranks.any_true(r == 1)}
+    out = {
+        "gathered": ranks.all_gather([r] * (r + 1)),
+        "sums": ranks.sum_floats([1.0, float(r)]),
+        "all_true": ranks.all_true(r == 0),
+        "any_true": ranks.any_true(r == 1),
+    }
     stats = {"generator": {"loss": 1.0, "entropy": 0.5, "kl": 0.0, "clipped": 0.0, "tokens": 2.0}} if r == 0 else {}
     ranks.reduce_role_stats(stats, ["generator", "aggregator"])
     out["stats"] = stats
@@ -152,17 +160,26 @@ def test_the_two_rank_run_covers_every_collective_of_the_trainer() -> None:
         if path == ROOT / "trainer" / "rl" / "distributed.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not any(n.startswith("torch.distributed") for n in names), path
     collective = re.compile(r"\bdist\.|self\._sum_tensors|self\.sum_floats|self\.all_gather")
-    calling = {name for name, fn in vars(distributed.Ranks).items()
-               if inspect.isfunction(fn) and not name.startswith("__") and collective.search(inspect.getsource(fn))}
+    calling = {
+        name
+        for name, fn in vars(distributed.Ranks).items()
+        if inspect.isfunction(fn) and not name.startswith("__") and collective.search(inspect.getsource(fn))
+    }
     exercised = set(re.findall(r"ranks\.(\w+)\(", inspect.getsource(exercise)))
     assert calling - {"_sum_tensors"} <= exercised, calling - exercised
 
 
 # -- defect 6: the GPU a task sees ------------------------------------------------------------
+
 
 def test_device_is_the_local_rank_among_the_gpus_the_task_sees() -> None:
     with fake_gpus(1):  # SLURM --gpus-per-task: each task sees its own GPU as cuda:0
@@ -176,5 +193,3 @@ def test_device_is_the_local_rank_among_the_gpus_the_task_sees() -> None:
 
     with fake_gpus(4):
         assert device_index(Ranks(5, 8, 1)) == 1
-
-

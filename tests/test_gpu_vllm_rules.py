@@ -47,9 +47,17 @@ def test_llm_arguments_per_rank() -> None:
             ranks = Ranks(rank, world, rank)
             with fake_gpus(gpus):
                 gpu = device_index(ranks)
-            args = engine_arguments(model="Qwen/Qwen3-1.7B", revision="0123abcd", dtype=torch.bfloat16, seed=7,
-                                    ranks=ranks, training={"vllm": {"gpu_memory_utilization": 0.25}},
-                                    max_model_len=6144, lora=LORA, cuda=True)
+            args = engine_arguments(
+                model="Qwen/Qwen3-1.7B",
+                revision="0123abcd",
+                dtype=torch.bfloat16,
+                seed=7,
+                ranks=ranks,
+                training={"vllm": {"gpu_memory_utilization": 0.25}},
+                max_model_len=6144,
+                lora=LORA,
+                cuda=True,
+            )
             env = engine_environment(ranks, gpu)
             assert args["revision"] == args["tokenizer_revision"] == "0123abcd"
             assert args["model"] == args["tokenizer"] == "Qwen/Qwen3-1.7B"
@@ -61,12 +69,25 @@ def test_llm_arguments_per_rank() -> None:
                 assert "distributed_executor_backend" not in args and env == {} and args["seed"] == 7
             else:
                 assert args["distributed_executor_backend"] == "external_launcher"
-                assert env == {"RANK": str(rank), "LOCAL_RANK": str(rank % gpus), "WORLD_SIZE": str(world),
-                               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+                assert env == {
+                    "RANK": str(rank),
+                    "LOCAL_RANK": str(rank % gpus),
+                    "WORLD_SIZE": str(world),
+                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                }
             seeds.append(args["seed"])
         assert seeds[0] == 7 and len(set(seeds)) == world  # rank 0 keeps the run's seed; each rank its own
-    cpu = engine_arguments(model="m", revision=None, dtype=torch.float32, seed=0, ranks=Ranks.single(),
-                           training={}, max_model_len=512, lora={}, cuda=False)
+    cpu = engine_arguments(
+        model="m",
+        revision=None,
+        dtype=torch.float32,
+        seed=0,
+        ranks=Ranks.single(),
+        training={},
+        max_model_len=512,
+        lora={},
+        cuda=False,
+    )
     assert cpu["enable_chunked_prefill"] is False and cpu["revision"] is None
 
 
@@ -77,18 +98,33 @@ def tiny():
     from trainer.models.base_model import build_tiny_model
 
     tok = small_vocab_tokenizer()
-    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "num_key_value_heads": 2}
-    return tok, lambda: build_tiny_model(arch, 0, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                                         pad_token_id=tok.pad_token_id)
+    arch = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    }
+    return tok, lambda: build_tiny_model(
+        arch, 0, vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
 
 
 def policy_set(tiny, routing=None):
     from trainer.rl.policies import PolicySet
     from trainer.settings import TrainingSettings, from_dict
 
-    training = from_dict(TrainingSettings, {"finetune": "lora", "lora": {"r": 4, "lora_alpha": 8}, "max_steps": 1,
-                                            "learning_rate": 1e-3, "lr_scheduler_type": "constant"}, "training")
+    training = from_dict(
+        TrainingSettings,
+        {
+            "finetune": "lora",
+            "lora": {"r": 4, "lora_alpha": 8},
+            "max_steps": 1,
+            "learning_rate": 1e-3,
+            "lr_scheduler_type": "constant",
+        },
+        "training",
+    )
     return PolicySet(tiny[1](), routing or {"generator": "generator", "aggregator": "aggregator"}, training)
 
 
@@ -124,6 +160,7 @@ def test_preflight_refuses_tensor_parallel_engines(monkeypatch) -> None:
 
 
 # -- defect 6: the smaller ones ------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
@@ -180,8 +217,14 @@ def test_sleep_mode_sleeps_through_the_update_and_wakes_before_sync_and_generati
     monkeypatch.setattr(tempfile, "tempdir", None)
     for sleep_mode in (True, False):
         llm.instances = []
-        gen = VLLMGenerator(policy_set(tiny), tiny[0], max_new_tokens=4, temperature=1.0, seed=0,
-                            training={"lora": {"r": 4}, "vllm": {"enable_sleep_mode": sleep_mode}})
+        gen = VLLMGenerator(
+            policy_set(tiny),
+            tiny[0],
+            max_new_tokens=4,
+            temperature=1.0,
+            seed=0,
+            training={"lora": {"r": 4}, "vllm": {"enable_sleep_mode": sleep_mode}},
+        )
         (engine,) = llm.instances
         engine.events.clear()
         gen.generate_roles(["generator"], ["Calculate 1 + 2."])
@@ -190,8 +233,15 @@ def test_sleep_mode_sleeps_through_the_update_and_wakes_before_sync_and_generati
         gen.generate_roles(["aggregator"], ["Calculate 1 + 2."])
         names = [e.split()[0] for e in engine.events]
         if sleep_mode:
-            assert names == ["generate", "sleep", "wake_up", "remove_lora", "remove_lora", "reset_prefix_cache",
-                             "generate"], engine.events
+            assert names == [
+                "generate",
+                "sleep",
+                "wake_up",
+                "remove_lora",
+                "remove_lora",
+                "reset_prefix_cache",
+                "generate",
+            ], engine.events
             assert "sleep 1" in engine.events
         else:
             assert "sleep" not in names and "wake_up" not in names
@@ -340,8 +390,9 @@ def test_adapters_are_written_to_a_job_temp_dir_and_removed(tiny, monkeypatch, t
     job_tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(job_tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    gen = VLLMGenerator(policy_set(tiny), tiny[0], max_new_tokens=4, temperature=1.0, seed=0,
-                        training={"lora": {"r": 4}})
+    gen = VLLMGenerator(
+        policy_set(tiny), tiny[0], max_new_tokens=4, temperature=1.0, seed=0, training={"lora": {"r": 4}}
+    )
     adapter_dir = Path(gen.engine.adapter_dir)
     assert adapter_dir.parent == job_tmp and not str(adapter_dir).startswith("/dev/shm")
     assert len(list(adapter_dir.iterdir())) == 2  # the two policies' adapters of sync 0

@@ -71,8 +71,10 @@ def test_rows_sharing_prompts_give_the_full_forwards_logps_entropies_and_gradien
     from trainer.rl.grpo import per_token_logps, per_token_logps_shared_prompts
     from trainer.rl.update import collate, collate_shared_prompts
 
-    model = get_peft_model(build_tiny_model(ARCH, 0, vocab_size=VOCAB, eos_token_id=1, pad_token_id=PAD),
-                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        build_tiny_model(ARCH, 0, vocab_size=VOCAB, eos_token_id=1, pad_token_id=PAD),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     with torch.no_grad():
         for p in params:  # lora_B starts at zero: perturb so every adapter weight gets a gradient
@@ -80,8 +82,10 @@ def test_rows_sharing_prompts_give_the_full_forwards_logps_entropies_and_gradien
     model.train()
     rng = random.Random(0)
     prompts = [[rng.randrange(2, VOCAB) for _ in range(n)] for n in (3, 7, 5)]
-    rows = [Row("g", prompts[i % 3], [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 6))], rng.uniform(-1, 1), 0.0)
-            for i in range(10)]
+    rows = [
+        Row("g", prompts[i % 3], [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 6))], rng.uniform(-1, 1), 0.0)
+        for i in range(10)
+    ]
     weights = torch.randn(10, 6)
 
     def forward(shared: bool):
@@ -92,7 +96,7 @@ def test_rows_sharing_prompts_give_the_full_forwards_logps_entropies_and_gradien
         else:
             ids, attn, cmask = collate(rows, PAD)
             logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], 0.7, True)
-        grads = torch.autograd.grad((logps * cmask * weights[:, :cmask.shape[1]]).sum(), params)
+        grads = torch.autograd.grad((logps * cmask * weights[:, : cmask.shape[1]]).sum(), params)
         return logps * cmask, entropy * cmask, torch.cat([g.flatten() for g in grads])
 
     full, shared = forward(False), forward(True)

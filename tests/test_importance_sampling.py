@@ -58,20 +58,32 @@ def test_the_ratio_is_trls_on_hand_made_numbers(mode):
     got = vllm_importance_sampling_ratio(OLD, SAMPLING, MASK, mode, None, 3.0)
     assert torch.allclose(got, torch.tensor(HAND[mode]), atol=1e-6)
     for lo, hi in ((None, 3.0), (0.6, 3.0), (0.6, None), (0.25, 4.5)):
-        assert torch.equal(vllm_importance_sampling_ratio(OLD, SAMPLING, MASK, mode, lo, hi),
-                           trl_ratio(OLD, SAMPLING, MASK, mode, lo, hi)), (lo, hi)
+        assert torch.equal(
+            vllm_importance_sampling_ratio(OLD, SAMPLING, MASK, mode, lo, hi),
+            trl_ratio(OLD, SAMPLING, MASK, mode, lo, hi),
+        ), (lo, hi)
     nan = SAMPLING.clone()
     nan[0, 1] = float("nan")  # an unavailable engine log-prob: ratio 1 there, as TRL
-    assert torch.equal(vllm_importance_sampling_ratio(OLD, nan, MASK, mode, None, 3.0),
-                       trl_ratio(OLD, nan, MASK, mode, None, 3.0))
+    assert torch.equal(
+        vllm_importance_sampling_ratio(OLD, nan, MASK, mode, None, 3.0), trl_ratio(OLD, nan, MASK, mode, None, 3.0)
+    )
 
 
 def update_stats(backend: str, shift: float | None, **extra) -> dict[str, dict[str, float]]:
     """One update of a tiny LoRA policy (loss dapo, token_truncate) on rows whose engine log-probs are
     the trainer's own minus `shift` (so the ratio is exp(shift)); None: no engine log-probs."""
-    t = from_dict(TrainingSettings, training("lora", generation_backend=backend, loss_type="dapo",
-                                             vllm_importance_sampling_correction=True,
-                                             vllm_importance_sampling_mode="token_truncate", **extra), "training")
+    t = from_dict(
+        TrainingSettings,
+        training(
+            "lora",
+            generation_backend=backend,
+            loss_type="dapo",
+            vllm_importance_sampling_correction=True,
+            vllm_importance_sampling_mode="token_truncate",
+            **extra,
+        ),
+        "training",
+    )
     torch.manual_seed(0)
     policies = PolicySet(tiny_qwen3(0), {"generator": "shared"}, t)
     with torch.no_grad():
@@ -103,8 +115,11 @@ def test_the_update_weights_each_tokens_loss_by_the_ratio_and_logs_it():
 
 
 def test_engine_log_probs_must_cover_the_completion():
-    t = from_dict(TrainingSettings, training("lora", generation_backend="vllm",
-                                             vllm_importance_sampling_correction=True), "training")
+    t = from_dict(
+        TrainingSettings,
+        training("lora", generation_backend="vllm", vllm_importance_sampling_correction=True),
+        "training",
+    )
     policies = PolicySet(tiny_qwen3(0), {"generator": "shared"}, t)
     rows = [Row("generator", [3, 4], [5, 6, 7], 1.0, 1.0, engine_logps=[-1.0, -1.0])]
     with pytest.raises(ValueError, match="role generator: 2 engine log-probs for 3 completion tokens"):
@@ -134,19 +149,30 @@ def test_a_vllm_train_step_writes_the_ratio_into_train_parquet(tmp_path, monkeyp
         def __call__(self, role, prompts):
             out = super().__call__(role, prompts)
             model = self.policies.model(self.policies.routing[role])
-            logps = completion_logps(model, [c.prompt_ids for c in out], [c.completion_ids or [0] for c in out],
-                                     self.temperature)
+            logps = completion_logps(
+                model, [c.prompt_ids for c in out], [c.completion_ids or [0] for c in out], self.temperature
+            )
             for c, lp in zip(out, logps):
-                c.logprobs = (lp - LN2).tolist()[:len(c.completion_ids)]
+                c.logprobs = (lp - LN2).tolist()[: len(c.completion_ids)]
             return out
 
     monkeypatch.setattr(rollout, "_vllm_generator", EngineLike)
     monkeypatch.setattr(train, "check_run", lambda cfg: None)  # preflight: vllm is not installed here
     model_dir = save_random_qwen3(tmp_path / "model", small_vocab_tokenizer(), hidden_size=32, num_hidden_layers=1)
-    cfg = real_scale_config(model_dir, "voting-math-qwen3-0.6b-isolated-s0", tmp_path / "run", training={
-        "generation_backend": "vllm", "vllm_importance_sampling_correction": True,
-        "vllm_importance_sampling_mode": "token_truncate", "max_completion_length": 4, "prompts_per_step": 1,
-        "num_generations": 2, "gradient_checkpointing": False})
+    cfg = real_scale_config(
+        model_dir,
+        "voting-math-qwen3-0.6b-isolated-s0",
+        tmp_path / "run",
+        training={
+            "generation_backend": "vllm",
+            "vllm_importance_sampling_correction": True,
+            "vllm_importance_sampling_mode": "token_truncate",
+            "max_completion_length": 4,
+            "prompts_per_step": 1,
+            "num_generations": 2,
+            "gradient_checkpointing": False,
+        },
+    )
     trainer = train.Trainer(cfg, tmp_path / "run")
     trainer.train_step(1)
     trainer.write_logs(tmp_path)

@@ -19,10 +19,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import ROOT
-from tests.resilience import (assert_nothing_partial, assert_same_logs, progress_step, published_logs,
-                              start_trainer, tiny_base_model, tiny_run_config, trainer_env, wait_for)
-from trainer.sweep.launch import write_run_config
+from tests.resilience import (
+    assert_nothing_partial,
+    assert_same_logs,
+    progress_step,
+    published_logs,
+    start_trainer,
+    tiny_base_model,
+    tiny_run_config,
+    trainer_env,
+    wait_for,
+)
 from trainer.rl.run import run_training
+from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"
 SCHEDULE = {"max_steps": 6, "eval_every": 2, "save_every": 2, "keep_last": 2, "eval_problems": 12}
@@ -37,12 +46,35 @@ def base_model(tmp_path_factory):
 
 def status_of(results, run: str) -> dict:
     """`python -m trainer status` for the one run, as the CLI prints it (JSON)."""
-    matrix = {"workflows": ["voting"], "tasks": ["math"], "scales": ["tiny"], "policies": ["isolated"], "seeds": [0],
-              "single_baseline": False}
-    proc = subprocess.run([sys.executable, "-m", "trainer", "status", "--config-file", str(ROOT / "config.yaml"),
-                           "--config", "matrix=one", f"matrices={json.dumps({'one': matrix})}",
-                           "--results", str(results), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=trainer_env(), timeout=120)
+    matrix = {
+        "workflows": ["voting"],
+        "tasks": ["math"],
+        "scales": ["tiny"],
+        "policies": ["isolated"],
+        "seeds": [0],
+        "single_baseline": False,
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "status",
+            "--config-file",
+            str(ROOT / "config.yaml"),
+            "--config",
+            "matrix=one",
+            f"matrices={json.dumps({'one': matrix})}",
+            "--results",
+            str(results),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=trainer_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [r["run"] for r in rows] == [run]
@@ -84,8 +116,13 @@ def test_sigkill_at_progress_points_then_rerun_equals_an_uninterrupted_run(tmp_p
 
     # 2. while the step-4 checkpoint is being written: it is discarded whole, step 2 is resumed
     proc = start_trainer(run_dir, log, **PAUSE)
-    wait_for(lambda: (ckpts / ".step-000004.tmp" / "policies").exists(), proc, STEP_TIMEOUT_S,
-             "the step-4 checkpoint write", log)
+    wait_for(
+        lambda: (ckpts / ".step-000004.tmp" / "policies").exists(),
+        proc,
+        STEP_TIMEOUT_S,
+        "the step-4 checkpoint write",
+        log,
+    )
     kill(proc)
     assert [p.name for p in ckpts.glob("step-*")] == ["step-000002"]
     assert not (ckpts / ".step-000004.tmp" / "state.pt").exists(), "the kill landed inside the write"
@@ -118,8 +155,14 @@ def test_a_second_trainer_on_a_busy_run_fails_at_once(tmp_path, base_model):
     first = start_trainer(run_dir, log, **PAUSE)
     try:
         wait_for(lambda: progress_step(run_dir) >= 0, first, STEP_TIMEOUT_S, "the first trainer to start", log)
-        second = subprocess.run([sys.executable, "-m", "trainer", "train", "--run-dir", str(run_dir)], cwd=ROOT,
-                                capture_output=True, text=True, env=trainer_env(), timeout=120)
+        second = subprocess.run(
+            [sys.executable, "-m", "trainer", "train", "--run-dir", str(run_dir)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=trainer_env(),
+            timeout=120,
+        )
         assert second.returncode != 0
         assert "RunBusyError" in second.stderr and "another process trains this run" in second.stderr
     finally:

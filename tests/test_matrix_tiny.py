@@ -23,21 +23,35 @@ from tests.resilience import assert_same_logs, published_logs, trainer_env, work
 from trainer.sweep import rundir
 from trainer.workflows import WORKFLOWS
 
-SCHEDULE = {"max_steps": 2, "eval_every": 2, "save_every": 2, "prompts_per_step": 2, "num_generations": 2,
-            "eval_problems": 4, "samples_per_eval": 2, "max_completion_length": 16}
+SCHEDULE = {
+    "max_steps": 2,
+    "eval_every": 2,
+    "save_every": 2,
+    "prompts_per_step": 2,
+    "num_generations": 2,
+    "eval_problems": 4,
+    "samples_per_eval": 2,
+    "max_completion_length": 16,
+}
 WORKFLOW_NAMES = ["eval_opt", "voting", "orch_workers"]
-RUNS = ["single-math-tiny-shared-s0"] + [f"{w}-math-tiny-{p}-s0" for w in WORKFLOW_NAMES
-                                          for p in ("shared", "isolated")]
-RUN_FILES = (rundir.CONFIG_JSON, rundir.TRAIN_PARQUET, rundir.EVAL_PARQUET, rundir.SAMPLES_PARQUET,
-             rundir.DONE_JSON)
+RUNS = ["single-math-tiny-shared-s0"] + [
+    f"{w}-math-tiny-{p}-s0" for w in WORKFLOW_NAMES for p in ("shared", "isolated")
+]
+RUN_FILES = (rundir.CONFIG_JSON, rundir.TRAIN_PARQUET, rundir.EVAL_PARQUET, rundir.SAMPLES_PARQUET, rundir.DONE_JSON)
 REPEATED = "voting-math-tiny-isolated-s0"
 
 
 def matrix_config() -> dict:
     """config.yaml restricted to the 7 runs of math at the tiny scale, with a very short schedule."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
-    cfg["matrices"]["tiny_matrix"] = {"workflows": WORKFLOW_NAMES, "tasks": ["math"], "scales": ["tiny"],
-                                      "policies": ["shared", "isolated"], "seeds": [0], "single_baseline": True}
+    cfg["matrices"]["tiny_matrix"] = {
+        "workflows": WORKFLOW_NAMES,
+        "tasks": ["math"],
+        "scales": ["tiny"],
+        "policies": ["shared", "isolated"],
+        "seeds": [0],
+        "single_baseline": True,
+    }
     cfg["matrix"] = "tiny_matrix"
     tiny = next(o for o in cfg["overrides"] if o["match"] == {"scale": "tiny"})
     tiny["training"].update(SCHEDULE)
@@ -96,8 +110,14 @@ def test_same_seed_twice_gives_identical_logs(matrix_dir, tmp_path):
     again = tmp_path / REPEATED
     again.mkdir()
     shutil.copy(first / rundir.CONFIG_JSON, again / rundir.CONFIG_JSON)
-    proc = subprocess.run([sys.executable, "-m", "trainer", "train", "--run-dir", str(again)], cwd=ROOT,
-                          capture_output=True, text=True, env=trainer_env(), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "train", "--run-dir", str(again)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     a, b = published_logs(first), published_logs(again)
     assert len(a["train"]) == 2 * len(WORKFLOWS["voting"].roles) and len(a["eval"]) == 2

@@ -11,8 +11,15 @@ import torch
 from trainer.rl import rollout
 from trainer.sweep import memory
 
-QWEN3_06B = {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128}
+QWEN3_06B = {
+    "vocab_size": 151936,
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+}
 
 
 def test_the_formulas_at_qwen3_0_6b():
@@ -44,16 +51,24 @@ def test_the_chunk_budget_is_the_memory_models(monkeypatch):
     monkeypatch.setattr(rollout, "chat_prompt", lambda tok, p, thinking: p)
     model = SimpleNamespace(config=SimpleNamespace(**QWEN3_06B), parameters=lambda: iter([torch.zeros(1)]))
     gen = rollout.HFGenerator.__new__(rollout.HFGenerator)
-    gen.__dict__.update(policies=SimpleNamespace(model=lambda name: model, routing={"generator": "shared"}),
-                        tokenizer=lambda texts, add_special_tokens: {"input_ids": [[1] * len(t) for t in texts]},
-                        max_new_tokens=64, enable_thinking=False, device="cpu", memory_gb=0.05, calls=0, chunks=0)
+    gen.__dict__.update(
+        policies=SimpleNamespace(model=lambda name: model, routing={"generator": "shared"}),
+        tokenizer=lambda texts, add_special_tokens: {"input_ids": [[1] * len(t) for t in texts]},
+        max_new_tokens=64,
+        enable_thinking=False,
+        device="cpu",
+        memory_gb=0.05,
+        calls=0,
+        chunks=0,
+    )
     monkeypatch.setattr(gen, "_generate", lambda model, ids: [None] * len(ids), raising=False)
     prompts = ["x" * n for n in (30, 10, 20, 40, 25, 15)]
     gen("generator", prompts)
     assert seen["per_token"] == memory.kv_bytes_per_token(QWEN3_06B, 4)  # float32 parameters
     assert seen["row_bytes"] == memory.generation_row_bytes(QWEN3_06B) > 0
-    chunks = rollout.plan_chunks.__wrapped__([len(p) for p in prompts], 64, seen["per_token"], seen["budget"],
-                                             seen["row_bytes"])
+    chunks = rollout.plan_chunks.__wrapped__(
+        [len(p) for p in prompts], 64, seen["per_token"], seen["budget"], seen["row_bytes"]
+    )
     assert gen.chunks == len(chunks) > 1
     for chunk in chunks:
         width = max(len(prompts[i]) for i in chunk) + 64

@@ -15,20 +15,34 @@ import pytest
 import yaml
 
 from tests.conftest import BIN, ROOT, snakemake
-from tests.resilience import assert_same_logs, published_logs, trainer_env, workflow_copy, wait_for
+from tests.resilience import assert_same_logs, published_logs, trainer_env, wait_for, workflow_copy
 from trainer.rl.run import run_training
 from trainer.sweep import rundir
 
 RUN = "voting-math-tiny-isolated-s0"
-SCHEDULE = {"max_steps": 6, "eval_every": 2, "save_every": 2, "keep_last": 2, "prompts_per_step": 4,
-            "num_generations": 4, "eval_problems": 12, "samples_per_eval": 2}
+SCHEDULE = {
+    "max_steps": 6,
+    "eval_every": 2,
+    "save_every": 2,
+    "keep_last": 2,
+    "prompts_per_step": 4,
+    "num_generations": 4,
+    "eval_problems": 12,
+    "samples_per_eval": 2,
+}
 
 
 def one_run_config() -> dict:
     """config.yaml narrowed to RUN with a short schedule, run by the local launcher."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
-    cfg["matrices"]["one"] = {"workflows": ["voting"], "tasks": ["math"], "scales": ["tiny"], "policies": ["isolated"],
-                              "seeds": [0], "single_baseline": False}
+    cfg["matrices"]["one"] = {
+        "workflows": ["voting"],
+        "tasks": ["math"],
+        "scales": ["tiny"],
+        "policies": ["isolated"],
+        "seeds": [0],
+        "single_baseline": False,
+    }
     cfg["matrix"] = "one"
     tiny = next(o for o in cfg["overrides"] if o["match"] == {"scale": "tiny"})
     tiny["training"].update(SCHEDULE)
@@ -50,9 +64,14 @@ SWEEP = ("--configfile", "one.yaml", "--cores", "1", "train_all")
 
 
 def status_text(d) -> str:
-    proc = subprocess.run([sys.executable, "-m", "trainer", "status", "--config-file", "config.yaml",
-                           "--config-file", "one.yaml"], cwd=d, capture_output=True, text=True, timeout=120,
-                          env=trainer_env())
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "status", "--config-file", "config.yaml", "--config-file", "one.yaml"],
+        cwd=d,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=trainer_env(),
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -61,11 +80,22 @@ def status_text(d) -> str:
 def test_killed_snakemake_leaves_a_lock_status_names_it_and_the_documented_commands_resume(sweep_dir, tmp_path):
     d, run_dir = sweep_dir, sweep_dir / "results" / "runs" / RUN
     log = open(tmp_path / "snakemake.log", "w")
-    proc = subprocess.Popen([str(BIN / "snakemake"), *SWEEP], cwd=d, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**trainer_env(), "PATH": f"{BIN}:{os.environ['PATH']}"})
+    proc = subprocess.Popen(
+        [str(BIN / "snakemake"), *SWEEP],
+        cwd=d,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**trainer_env(), "PATH": f"{BIN}:{os.environ['PATH']}"},
+    )
     try:
-        wait_for(lambda: (run_dir / rundir.WORK_DIR / rundir.CHECKPOINTS_DIR / "step-000002").exists(), proc, 600,
-                 "the first checkpoint", tmp_path / "snakemake.log")
+        wait_for(
+            lambda: (run_dir / rundir.WORK_DIR / rundir.CHECKPOINTS_DIR / "step-000002").exists(),
+            proc,
+            600,
+            "the first checkpoint",
+            tmp_path / "snakemake.log",
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the login node lost: snakemake, its launcher and the trainer
         proc.wait(timeout=60)

@@ -60,8 +60,11 @@ def site_venv(tmp_path: Path) -> Path:
     env = tmp_path / "site-venv"
     venv.EnvBuilder(with_pip=False, system_site_packages=False).create(env)
     python = env / "bin" / "python"
-    site_packages = Path(subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                                 text=True).strip())
+    site_packages = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
     for dep in project()["dependencies"]:
         name = canonicalize_name(Requirement(dep).name)
         fake_distribution(site_packages, name, SITE.get(name, version(name)))
@@ -76,9 +79,26 @@ def test_install_keeps_a_site_torch(tmp_path: Path) -> None:
     reqs.write_text("\n".join(project()["dependencies"]) + "\n")
     empty = tmp_path / "no-wheels"
     empty.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "--disable-pip-version-check",
-                           "install", "--dry-run", "--no-index", "--find-links", str(empty), "-r", str(reqs)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "--disable-pip-version-check",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--find-links",
+            str(empty),
+            "-r",
+            str(reqs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, f"pip would replace a site's package:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     assert "Would install" not in proc.stdout, proc.stdout
 
@@ -86,7 +106,9 @@ def test_install_keeps_a_site_torch(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(SITE))
 def test_dependency_ranges_accept_a_gpu_image(name: str) -> None:
     specs = {canonicalize_name(Requirement(d).name): Requirement(d).specifier for d in project()["dependencies"]}
-    assert specs[name].contains(SITE[name], prereleases=True), f"pyproject.toml: {name}{specs[name]} refuses {SITE[name]}"
+    assert specs[name].contains(SITE[name], prereleases=True), (
+        f"pyproject.toml: {name}{specs[name]} refuses {SITE[name]}"
+    )
 
 
 def test_pins_live_in_the_constraints_files_only() -> None:
@@ -116,8 +138,23 @@ def test_ci_setup_keeps_the_cpu_torch(tmp_path: Path) -> None:
     (its torch 2.13.0+cpu satisfies the constraints' torch==2.13.0)."""
     reqs = tmp_path / "requirements.txt"
     reqs.write_text("\n".join(project()["dependencies"]) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--dry-run",
-                           "--no-index", "-c", str(ROOT / ".ci" / "constraints.txt"), "-r", str(reqs)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "-c",
+            str(ROOT / ".ci" / "constraints.txt"),
+            "-r",
+            str(reqs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Would install" not in proc.stdout and version("torch") == "2.13.0+cpu", proc.stdout

@@ -26,15 +26,22 @@ import pandas as pd
 import pytest
 
 from analysis.curves import summarize_curve
-from tests.resilience import (assert_same_logs, damaged_tiny_base_model, progress_step, published_logs,
-                              tiny_run_config, trainer_env, wait_for)
+from tests.conftest import ROOT
+from tests.resilience import (
+    assert_same_logs,
+    damaged_tiny_base_model,
+    progress_step,
+    published_logs,
+    tiny_run_config,
+    trainer_env,
+    wait_for,
+)
 from trainer.__main__ import main as trainer_main
 from trainer.sweep import rundir
 from trainer.sweep.config import config_hash, load_yaml, resolve_run_config
 from trainer.sweep.launch import write_run_config
 from trainer.sweep.peak import PEAK_WINDOW_KEY, curve_peak, peak_index, smooth
 from trainer.sweep.runid import parse_run_id
-from tests.conftest import ROOT
 
 RUN = "single-code-tiny-isolated-s0"
 SCHEDULE = {"max_steps": 6, "eval_every": 1, "save_every": 2, "keep_last": 2}
@@ -93,8 +100,13 @@ def train(run_dir, base_model):
 def start_planted_trainer(run_dir: Path, log: Path, **env: str) -> subprocess.Popen:
     """The run trained under the planted schedule in a subprocess (`python -m tests.planted`)."""
     with open(log, "a") as out:
-        return subprocess.Popen([sys.executable, "-m", "tests.planted", str(run_dir), str(RESTORED_UNTIL)], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, env=trainer_env(**env))
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.planted", str(run_dir), str(RESTORED_UNTIL)],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=trainer_env(**env),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +151,9 @@ def eval_with_exported(run_dir, out, step):
     for policy in trainer.policies:
         base = AutoModelForCausalLM.from_pretrained(cfg["base_model"]["path"])
         loaded = PeftModel.from_pretrained(base, out / policy.name)
-        result = set_peft_model_state_dict(trainer.policies.peft, get_peft_model_state_dict(loaded),
-                                           adapter_name=policy.name)
+        result = set_peft_model_state_dict(
+            trainer.policies.peft, get_peft_model_state_dict(loaded), adapter_name=policy.name
+        )
         assert not [k for k in result.missing_keys if "lora_" in k and f".{policy.name}." in k]
     trainer.evaluate(step)
     return trainer.eval_rows[0]["accuracy"]

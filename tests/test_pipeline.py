@@ -6,7 +6,6 @@ jobs to the single-node cluster that .ci/slurm-up starts.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -20,15 +19,29 @@ from tests.conftest import ROOT, copy_workflow, snakemake
 from tests.resilience import PERTURB
 from trainer.sweep.rundir import TRAIN_SCHEMA
 
-SHORT = {"max_steps": 4, "eval_every": 2, "save_every": 2, "prompts_per_step": 4, "num_generations": 4,
-         "eval_problems": 40, "samples_per_eval": 4}
+SHORT = {
+    "max_steps": 4,
+    "eval_every": 2,
+    "save_every": 2,
+    "prompts_per_step": 4,
+    "num_generations": 4,
+    "eval_problems": 40,
+    "samples_per_eval": 4,
+}
 
 
 def ci_config(matrix: dict, backend: str = "local") -> dict:
     """config.yaml with a small matrix, a short tiny warm start and a short schedule."""
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
-    cfg["matrices"]["ci"] = {"workflows": [], "tasks": ["math"], "scales": ["tiny"], "policies": ["shared"],
-                             "seeds": [0], "single_baseline": False, **matrix}
+    cfg["matrices"]["ci"] = {
+        "workflows": [],
+        "tasks": ["math"],
+        "scales": ["tiny"],
+        "policies": ["shared"],
+        "seeds": [0],
+        "single_baseline": False,
+        **matrix,
+    }
     cfg["matrix"] = "ci"
     cfg["scales"]["tiny"]["tiny"]["warm_start_steps"] = 200
     tiny = next(o for o in cfg["overrides"] if o["match"] == {"scale": "tiny"})
@@ -97,13 +110,25 @@ def test_slurm_profile_runs_real_jobs(pipeline_dir, tmp_path, monkeypatch):
             pytest.fail("REQUIRE_SLURM is set but no SLURM cluster answers (run .ci/slurm-up)")
         pytest.skip("no SLURM cluster here (.ci/slurm-up starts one)")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    subprocess.run([os.sys.executable, "-m", "trainer", "install-profile", "--repo", str(pipeline_dir)], check=True,
-                   env={**os.environ})
+    subprocess.run(
+        [os.sys.executable, "-m", "trainer", "install-profile", "--repo", str(pipeline_dir)],
+        check=True,
+        env={**os.environ},
+    )
     cfg = ci_config({"workflows": [], "single_baseline": True, "seeds": [0, 1]}, backend="slurm")
     cfg["launcher"]["partition"] = "debug"
     overrides = write_yaml(pipeline_dir / "ci_slurm.yaml", cfg)
-    snakemake("--profile", "slurm", "--configfile", "profiles/slurm/paper.yaml", overrides, "--cores", "4",
-              cwd=pipeline_dir, timeout=1500)
+    snakemake(
+        "--profile",
+        "slurm",
+        "--configfile",
+        "profiles/slurm/paper.yaml",
+        overrides,
+        "--cores",
+        "4",
+        cwd=pipeline_dir,
+        timeout=1500,
+    )
     job_ids = set()
     for seed in (0, 1):
         run = pipeline_dir / "results" / "runs" / f"single-math-tiny-shared-s{seed}"

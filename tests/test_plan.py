@@ -12,19 +12,40 @@ import pytest
 
 from tests.conftest import ROOT, snakemake
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config
-from trainer.sweep.cost import parameter_count, predict_run, wall_time_s, STUDY_MODELS
+from trainer.sweep.cost import STUDY_MODELS, parameter_count, predict_run, wall_time_s
 from trainer.sweep.measured import find_rate, load_rates, record_rate, slug
 
 GPU = "NVIDIA H100 80GB HBM3"
 # slow on purpose: a 0.6B run at these rates takes longer than its time limit allows
-RATE_06B = {"model": "Qwen/Qwen3-0.6B", "backend": "hf", "generate_tokens_per_s": 900.0,
-            "update_tokens_per_s": 3000.0, "measured_by": "bench_rollout"}
+RATE_06B = {
+    "model": "Qwen/Qwen3-0.6B",
+    "backend": "hf",
+    "generate_tokens_per_s": 900.0,
+    "update_tokens_per_s": 3000.0,
+    "measured_by": "bench_rollout",
+}
 
 
 def plan(tmp_path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "trainer", "plan", "--config-file", str(ROOT / "config.yaml"),
-                           "--results", str(tmp_path / "results"), "--measured", str(tmp_path / "measured"), *args],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "plan",
+            "--config-file",
+            str(ROOT / "config.yaml"),
+            "--results",
+            str(tmp_path / "results"),
+            "--measured",
+            str(tmp_path / "measured"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
@@ -64,8 +85,16 @@ def test_paper_plan_names_measured_and_estimated_scales_and_runs_that_do_not_fit
 def test_a_measurement_of_the_runs_workflow_and_task_comes_first_and_sets_lengths(tmp_path):
     d = tmp_path / "measured"
     record_rate(RATE_06B, GPU, d)
-    specific = {**RATE_06B, "workflow": "voting", "task": "math", "calls_per_episode": 2.0, "tokens_per_call": 100.0,
-                "generate_tokens_per_s": 2000.0, "startup_s": 30.0, "checkpoint_s": 1.0}
+    specific = {
+        **RATE_06B,
+        "workflow": "voting",
+        "task": "math",
+        "calls_per_episode": 2.0,
+        "tokens_per_call": 100.0,
+        "generate_tokens_per_s": 2000.0,
+        "startup_s": 30.0,
+        "checkpoint_s": 1.0,
+    }
     record_rate(specific, GPU, d)
     record_rate({**specific, "generate_tokens_per_s": 4000.0}, GPU, d)  # replaces the entry of the same key
     rates = load_rates(d)
@@ -90,12 +119,15 @@ def test_estimates_from_parameters_and_wall_time_longest_first():
     assert wall_time_s([5, 1, 1], 4) == 5
 
 
-@pytest.mark.parametrize("args, key", [
-    (["--config", "launcher={bogus: 1}"], "bogus"),
-    (["--config", "matrix=nope"], "nope"),
-    (["--matrix", "nope"], "--matrix"),
-    (["--config", "training={learning_rate: fast}"], "learning_rate"),
-])
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (["--config", "launcher={bogus: 1}"], "bogus"),
+        (["--config", "matrix=nope"], "nope"),
+        (["--matrix", "nope"], "--matrix"),
+        (["--config", "training={learning_rate: fast}"], "learning_rate"),
+    ],
+)
 def test_plan_with_a_bad_config_fails_before_any_work_naming_the_key(tmp_path, args, key):
     proc = plan(tmp_path, "--measure", *args, check=False)
     assert proc.returncode == 2 and key in proc.stderr, proc.stderr
@@ -122,11 +154,18 @@ def test_plan_measure_records_each_workflow_and_task_and_the_plan_then_rests_on_
     model = tmp_path / "results" / "models" / "tiny" / "model.json"
     model.parent.mkdir(parents=True)
     shutil.copy(tiny_base_model(tmp_path_factory), model)
-    matrix = {"workflows": ["voting"], "tasks": ["math"], "scales": ["tiny"], "policies": ["shared", "isolated"],
-              "seeds": [0], "single_baseline": True}
+    matrix = {
+        "workflows": ["voting"],
+        "tasks": ["math"],
+        "scales": ["tiny"],
+        "policies": ["shared", "isolated"],
+        "seeds": [0],
+        "single_baseline": True,
+    }
     schedule = {"max_steps": 4, "prompts_per_step": 2, "num_generations": 2, "eval_problems": 8}
-    overrides = "overrides=" + json.dumps(load_yaml(ROOT / "config.yaml")["overrides"] + [
-        {"match": {"scale": "tiny"}, "training": schedule}])
+    overrides = "overrides=" + json.dumps(
+        load_yaml(ROOT / "config.yaml")["overrides"] + [{"match": {"scale": "tiny"}, "training": schedule}]
+    )
     proc = plan(tmp_path, "--measure", "--config", "matrix=m", f"matrices={json.dumps({'m': matrix})}", overrides)
     rates = load_rates(tmp_path / "measured")
     assert sorted((r["workflow"], r["task"]) for r in rates) == [("single", "math"), ("voting", "math")]

@@ -18,12 +18,19 @@ from trainer.sweep.measured import load_rates
 FIXES = ("eval_problems", "resources.gpus", "resources.time_min", "generation_backend: vllm")
 
 
-def one_run_config(workflow: str = "voting", task: str = "math", scale: str = "qwen3-4b",
-                   time_min: int = 1440, **training) -> dict:
+def one_run_config(
+    workflow: str = "voting", task: str = "math", scale: str = "qwen3-4b", time_min: int = 1440, **training
+) -> dict:
     """config.yaml with a one-run matrix (`gate`) of the paper's models and settings."""
     config = copy.deepcopy(load_yaml(ROOT / "config.yaml"))
-    config["matrices"]["gate"] = {"workflows": [workflow], "tasks": [task], "scales": [scale],
-                                  "policies": ["shared"], "seeds": [0], "single_baseline": False}
+    config["matrices"]["gate"] = {
+        "workflows": [workflow],
+        "tasks": [task],
+        "scales": [scale],
+        "policies": ["shared"],
+        "seeds": [0],
+        "single_baseline": False,
+    }
     config["matrix"] = "gate"
     config["scales"][scale]["resources"]["time_min"] = time_min
     config["training"].update(training)
@@ -68,8 +75,13 @@ def test_a_run_over_only_the_estimate_warns_naming_the_run_and_how_to_measure(ca
 def test_a_measured_rate_that_cannot_fit_one_eval_is_refused():
     config = one_run_config(workflow="eval_opt", task="code", scale="qwen3-1.7b")
     run, rc, scale = the_run(config)
-    slow = {"model": "Qwen/Qwen3-1.7B", "backend": "hf", "generate_tokens_per_s": 50.0, "update_tokens_per_s": 500.0,
-            "device": "NVIDIA H100 80GB HBM3"}
+    slow = {
+        "model": "Qwen/Qwen3-1.7B",
+        "backend": "hf",
+        "generate_tokens_per_s": 50.0,
+        "update_tokens_per_s": 500.0,
+        "device": "NVIDIA H100 80GB HBM3",
+    }
     assert assess(run, rc, scale, [], "H100")["gate"] == "ok"
     row = assess(run, rc, scale, [slow], "H100")
     assert row["gate"] == "refuse" and "at the rate measured on H100" in row["gate_reason"]
@@ -105,8 +117,15 @@ def test_disk_of_a_4b_isolated_orchestrator_workers_run():
     config = one_run_config(workflow="orch_workers", scale="qwen3-4b")
     config["matrices"]["gate"]["policies"] = ["isolated"]
     run, rc, scale = the_run(config)
-    shape = {"vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
-             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
+    shape = {
+        "vocab_size": 151936,
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    }
     assert lora_parameters(shape, 64) == pytest.approx(132e6, rel=0.01)  # the issue's ~132M
     one = checkpoint_bytes(rc)  # 3 policies x (adapter, state.pt's copy, AdamW's two moments) in float32
     assert one == 3 * lora_parameters(shape, 64) * 16
@@ -129,7 +148,8 @@ def test_snakemake_dry_run_refuses_and_the_override_submits(workdir):
 def test_an_update_micro_batch_over_the_devices_memory_warns():
     run, rc, scale = the_run(one_run_config(workflow="single", task="code", scale="qwen3-0.6b"))
     assert assess(run, rc, scale, [], "H100")["memory_gib"] < 80
-    run, rc, scale = the_run(one_run_config(workflow="single", task="code", scale="qwen3-0.6b",
-                                            micro_batch_tokens=65536))
+    run, rc, scale = the_run(
+        one_run_config(workflow="single", task="code", scale="qwen3-0.6b", micro_batch_tokens=65536)
+    )
     row = assess(run, rc, scale, [], "H100")  # 32 rows x 2048 completion positions x 151,936 logits
     assert row["memory_gib"] > 80 and row["gate"] == "warn" and "training.micro_batch_tokens" in row["gate_reason"]

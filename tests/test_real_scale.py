@@ -25,16 +25,17 @@ import transformers
 from safetensors.torch import load_file
 
 from tests.local_qwen3 import real_scale_config, save_random_qwen3
-from trainer.tasks.base import Score
 from trainer.rl.train import Trainer
+from trainer.tasks.base import Score
 
 LAYERS = 2
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return save_random_qwen3(tmp_path_factory.mktemp("qwen3-random-full-vocab"), hidden_size=64,
-                             num_hidden_layers=LAYERS)
+    return save_random_qwen3(
+        tmp_path_factory.mktemp("qwen3-random-full-vocab"), hidden_size=64, num_hidden_layers=LAYERS
+    )
 
 
 def random_scores(trainer: Trainer, seed: int = 0) -> None:
@@ -72,10 +73,18 @@ def hf_models(trainer: Trainer) -> dict[str, torch.nn.Module]:
 @pytest.mark.parametrize("finetune", ["lora", "full"])
 def test_real_scale_step_with_gradient_checkpointing(finetune, mode, model_dir, tmp_path):
     run_dir = tmp_path / "run"
-    cfg = real_scale_config(model_dir, f"voting-math-qwen3-0.6b-{mode}-s0", run_dir,
-                            training={"finetune": finetune, "gradient_checkpointing": True, "micro_batch_tokens": 256,
-                                      "learning_rate": 1e-3},
-                            workflow_params={"n_votes": 2})
+    cfg = real_scale_config(
+        model_dir,
+        f"voting-math-qwen3-0.6b-{mode}-s0",
+        run_dir,
+        training={
+            "finetune": finetune,
+            "gradient_checkpointing": True,
+            "micro_batch_tokens": 256,
+            "learning_rate": 1e-3,
+        },
+        workflow_params={"n_votes": 2},
+    )
     assert cfg["base_model"]["path"] == str(model_dir) and cfg["training"]["gradient_checkpointing"] is True
     trainer = Trainer(cfg, run_dir)
     assert len(trainer.tokenizer) == 151669  # the full Qwen3 vocabulary, loaded from the local directory
@@ -88,8 +97,11 @@ def test_real_scale_step_with_gradient_checkpointing(finetune, mode, model_dir, 
     random_scores(trainer)
 
     before = {p.name: [x.detach().clone() for x in p.params] for p in policies}
-    frozen = {n: x.detach().clone() for n, x in policies.peft.named_parameters() if "lora_" not in n} \
-        if finetune == "lora" else {}
+    frozen = (
+        {n: x.detach().clone() for n, x in policies.peft.named_parameters() if "lora_" not in n}
+        if finetune == "lora"
+        else {}
+    )
     done = trainer.fit()
     assert done["steps_done"] == 1
 

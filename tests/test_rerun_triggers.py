@@ -24,15 +24,32 @@ RUN = "single-math-tiny-shared-s0"
 def one_run_sweep(workdir: Path) -> None:
     """config.yaml of the workdir cut to one tiny run with a short base-model build and schedule."""
     config = load_yaml(workdir / "config.yaml")
-    config["matrices"]["one"] = {"workflows": [], "tasks": ["math"], "scales": ["tiny"], "policies": ["shared"],
-                                 "seeds": [0], "single_baseline": True}
+    config["matrices"]["one"] = {
+        "workflows": [],
+        "tasks": ["math"],
+        "scales": ["tiny"],
+        "policies": ["shared"],
+        "seeds": [0],
+        "single_baseline": True,
+    }
     config["matrix"] = "one"
     config["scales"]["tiny"]["tiny"].update(warm_start_steps=5)
     for o in config["overrides"]:  # the run's learning rate is the top-level one, as on a real scale
         o.get("training", {}).pop("learning_rate", None)
-    config["overrides"].append({"match": {"scale": "tiny"}, "training": {
-        "max_steps": 2, "eval_every": 2, "save_every": 2, "prompts_per_step": 2, "num_generations": 2,
-        "eval_problems": 4, "samples_per_eval": 2}})
+    config["overrides"].append(
+        {
+            "match": {"scale": "tiny"},
+            "training": {
+                "max_steps": 2,
+                "eval_every": 2,
+                "save_every": 2,
+                "prompts_per_step": 2,
+                "num_generations": 2,
+                "eval_problems": 4,
+                "samples_per_eval": 2,
+            },
+        }
+    )
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
@@ -42,8 +59,13 @@ def train_jobs(dry_run: str) -> list[str]:
 
 
 def test_trigger_items_leave_out_where_a_run_runs() -> None:
-    rc = {"run": RUN, "training": {"learning_rate": 0.1, "lora": {"r": 4}},
-          "launcher": {"partition": "x", "array_window_s": 30}, "resources": {"gpus": 2}, "base_model": {"path": "/m"}}
+    rc = {
+        "run": RUN,
+        "training": {"learning_rate": 0.1, "lora": {"r": 4}},
+        "launcher": {"partition": "x", "array_window_s": 30},
+        "resources": {"gpus": 2},
+        "base_model": {"path": "/m"},
+    }
     items = rerun_trigger_items(rc)
     assert items["training.learning_rate"] == "training.learning_rate=0.1"
     assert items["training.lora.r"] == "training.lora.r=4"
@@ -56,9 +78,14 @@ def test_site_settings_never_rerun_and_a_changed_key_is_named(workdir: Path) -> 
     snakemake("--cores", "2", "train_all", cwd=workdir, timeout=300)
     published = {n: pd.read_parquet(run_dir / f"{n}.parquet") for n in ("train", "eval", "samples")}
 
-    site = snakemake("-n", "train_all", "--config",
-                     "launcher={backend: slurm, partition: other, poll_interval_s: 3, array_window_s: 30}",
-                     "scales={tiny: {resources: {cpus: 2, mem_gb: 8, time_min: 30}}}", cwd=workdir).stdout
+    site = snakemake(
+        "-n",
+        "train_all",
+        "--config",
+        "launcher={backend: slurm, partition: other, poll_interval_s: 3, array_window_s: 30}",
+        "scales={tiny: {resources: {cpus: 2, mem_gb: 8, time_min: 30}}}",
+        cwd=workdir,
+    ).stdout
     assert not train_jobs(site), site
     lr = "training={learning_rate: 0.001}"
     dry = snakemake("-n", "train_all", "--config", lr, cwd=workdir).stdout

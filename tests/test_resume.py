@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs, tiny_base_model, tiny_run_config
-from trainer.sweep.launch import LaunchError, launch, write_run_config
 from trainer.rl.checkpoint_files import seal
 from trainer.rl.run import run_training
 from trainer.rl.train import ResumeError, Trainer
 from trainer.settings import RunSettings
 from trainer.sweep.config import config_hash
+from trainer.sweep.launch import LaunchError, launch, write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"
 
@@ -74,7 +74,9 @@ def test_resume_restores_sampler_position_and_rng(tmp_path, base_model):
     expected = [p.id for p in fresh.prompts_for_step(3)]
     shutil.rmtree(run_dir / "work" / "checkpoints" / "step-000004")
     state = torch.load(run_dir / "work" / "checkpoints" / "step-000002" / "state.pt", weights_only=False)
-    assert state["sampler"]["next_step"] == 3 and state["sampler"]["position"] == 2 * cfg["training"]["prompts_per_step"]
+    assert (
+        state["sampler"]["next_step"] == 3 and state["sampler"]["position"] == 2 * cfg["training"]["prompts_per_step"]
+    )
     resumed = Trainer(cfg, run_dir)
     random.seed(12345)  # whatever the process did before, the resume restores the saved states
     torch.manual_seed(12345)
@@ -123,8 +125,9 @@ def test_changed_config_refuses_to_resume_naming_the_key(tmp_path, base_model):
 
 
 @pytest.mark.slow
-def test_changed_config_is_refused_by_the_launcher_and_cli_before_submitting(tmp_path, base_model, base_model_json,
-                                                                            capsys):
+def test_changed_config_is_refused_by_the_launcher_and_cli_before_submitting(
+    tmp_path, base_model, base_model_json, capsys
+):
     from trainer.__main__ import main
 
     run_dir = train(tmp_path, "l", base_model)
@@ -133,8 +136,15 @@ def test_changed_config_is_refused_by_the_launcher_and_cli_before_submitting(tmp
     changed["launcher"]["backend"] = "debug"
     with pytest.raises(LaunchError, match=r"changed: training\.learning_rate.*--restart.*restart=RUN"):
         launch(changed, base_model_json, run_dir)
-    argv = ["launch", "--run-config", json.dumps(changed), "--base-model", str(base_model_json),
-            "--run-dir", str(run_dir)]
+    argv = [
+        "launch",
+        "--run-config",
+        json.dumps(changed),
+        "--base-model",
+        str(base_model_json),
+        "--run-dir",
+        str(run_dir),
+    ]
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert "training.learning_rate" in err and "--restart" in err and "snakemake --config restart=" in err

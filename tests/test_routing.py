@@ -16,16 +16,21 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.rl import update as train_mod
 from trainer.models.base_model import build_tiny_model
+from trainer.rl import update as train_mod
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps
 from trainer.rl.policies import PolicySet, routing_table
 from trainer.rl.update import PolicyUpdater, Row, collate
 from trainer.settings import TrainingSettings, from_dict
 
 VOCAB, PAD = 64, 0
-ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2}
+ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
 TOL = 1e-5
 
 
@@ -36,11 +41,24 @@ def tiny_qwen3(seed: int = 0) -> torch.nn.Module:
 
 def training(finetune: str, **extra: Any) -> dict[str, Any]:
     """The training knobs PolicySet and Trainer.update read, at test sizes."""
-    return {"finetune": finetune, "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
-            "max_steps": 4, "num_iterations": 1, "warmup_ratio": 0.0, "learning_rate": 1e-2,
-            "lr_scheduler_type": "linear", "max_grad_norm": 1.0, "epsilon": 0.2, "epsilon_high": 0.28,
-            "beta": 0.0, "loss_type": "grpo", "micro_batch_tokens": 64, "temperature": 0.7,
-            "max_completion_length": 8, **extra}
+    return {
+        "finetune": finetune,
+        "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
+        "max_steps": 4,
+        "num_iterations": 1,
+        "warmup_ratio": 0.0,
+        "learning_rate": 1e-2,
+        "lr_scheduler_type": "linear",
+        "max_grad_norm": 1.0,
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "beta": 0.0,
+        "loss_type": "grpo",
+        "micro_batch_tokens": 64,
+        "temperature": 0.7,
+        "max_completion_length": 8,
+        **extra,
+    }
 
 
 def make_trainer(routing: dict[str, str], t: dict[str, Any], seed: int = 0) -> SimpleNamespace:
@@ -64,9 +82,15 @@ def rows_for(roles: list[str], per_role: int = 5, seed: int = 1) -> list[Row]:
     rows = []
     for role in roles:
         for _ in range(per_role):
-            rows.append(Row(role, [rng.randrange(2, VOCAB) for _ in range(rng.randint(2, 6))],
-                            [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 8))],
-                            advantage=rng.uniform(-2, 2), reward=0.0))
+            rows.append(
+                Row(
+                    role,
+                    [rng.randrange(2, VOCAB) for _ in range(rng.randint(2, 6))],
+                    [rng.randrange(2, VOCAB) for _ in range(rng.randint(1, 8))],
+                    advantage=rng.uniform(-2, 2),
+                    reward=0.0,
+                )
+            )
     return rows
 
 
@@ -82,8 +106,11 @@ def separate_grads(trainer: SimpleNamespace, policy_name: str, rows: list[Row], 
     policy = trainer.policies.policies[policy_name]
     model = trainer.policies.model(policy_name)
     model.train()
-    totals = BatchTotals(n_sequences=len(rows), n_tokens=sum(len(r.completion_ids) for r in rows),
-                         max_completion_length=t["max_completion_length"])
+    totals = BatchTotals(
+        n_sequences=len(rows),
+        n_tokens=sum(len(r.completion_ids) for r in rows),
+        max_completion_length=t["max_completion_length"],
+    )
     out = {}
     for group in dict.fromkeys(key(r) for r in rows):
         mine = [r for r in rows if key(r) == group]
@@ -93,8 +120,9 @@ def separate_grads(trainer: SimpleNamespace, policy_name: str, rows: list[Row], 
         token = grpo_token_loss(logps, logps.detach(), adv, t["epsilon"], t["epsilon_high"])
         loss = LOSS_AGGREGATIONS[t["loss_type"]](token.loss, cmask, totals)
         grads = torch.autograd.grad(loss, policy.params, allow_unused=True)
-        out[group] = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
-                                for g, p in zip(grads, policy.params)])
+        out[group] = torch.cat(
+            [(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, policy.params)]
+        )
     return out
 
 
@@ -126,12 +154,16 @@ def test_shared_one_optimizer_gets_every_roles_gradient(finetune: str) -> None:
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
-@pytest.mark.parametrize("groups, updated", [
-    (None, "generator"),  # isolated: each role its own policy
-    ({"voters_and_aggregator": ["generator", "aggregator"], "judge": ["evaluator"]}, "voters_and_aggregator"),
-])
-def test_isolated_update_leaves_other_policies_bit_identical(finetune: str, groups: dict | None, updated: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "groups, updated",
+    [
+        (None, "generator"),  # isolated: each role its own policy
+        ({"voters_and_aggregator": ["generator", "aggregator"], "judge": ["evaluator"]}, "voters_and_aggregator"),
+    ],
+)
+def test_isolated_update_leaves_other_policies_bit_identical(
+    finetune: str, groups: dict | None, updated: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     roles = ("generator", "aggregator", "evaluator")
     routing = routing_table("isolated", roles, groups)
     trainer = make_trainer(routing, training(finetune))
@@ -157,8 +189,11 @@ def test_isolated_update_leaves_other_policies_bit_identical(finetune: str, grou
 
     monkeypatch.setattr(train_mod.torch.nn.utils, "clip_grad_norm_", spy_clip)
     policy = trainer.policies.policies[updated]
-    frozen_base = [x.detach().clone() for n, x in trainer.policies.modules()[0].named_parameters()
-                   if "lora_" not in n] if finetune == "lora" else []
+    frozen_base = (
+        [x.detach().clone() for n, x in trainer.policies.modules()[0].named_parameters() if "lora_" not in n]
+        if finetune == "lora"
+        else []
+    )
     before = snapshot(trainer)
     lrs = {p.name: p.scheduler.get_last_lr()[0] for p in trainer.policies}
     trainer.update(policy, rows_for(policy.roles))
@@ -190,8 +225,11 @@ def test_recorded_role_grad_norms_equal_separate_backward_passes(finetune: str, 
         stats = trainer.update(policy, mine)
         assert set(stats) == set(policy.roles)
         for role in policy.roles:
-            assert abs(stats[role]["grad_norm"] - expected[role]) <= TOL * max(1.0, expected[role]), \
-                (role, stats[role]["grad_norm"], expected[role])
+            assert abs(stats[role]["grad_norm"] - expected[role]) <= TOL * max(1.0, expected[role]), (
+                role,
+                stats[role]["grad_norm"],
+                expected[role],
+            )
         shares = [stats[r]["grad_sq_share"] for r in policy.roles]
         assert sum(shares) == pytest.approx(1.0, abs=1e-9)
         if len(policy.roles) > 1:
@@ -202,8 +240,9 @@ def test_recorded_role_grad_norms_equal_separate_backward_passes(finetune: str, 
 
 
 @pytest.mark.parametrize("agent_gradients", [False, True])
-def test_zero_advantage_rows_are_not_back_propagated_and_change_nothing(agent_gradients: bool,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_zero_advantage_rows_are_not_back_propagated_and_change_nothing(
+    agent_gradients: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With beta = 0 a zero-advantage row has exactly zero gradient: the update skips its backward
     pass, yet every logged statistic and the step itself are those of back-propagating every row
     (computed here from scratch): a role whose rows all have zero advantage is present with a zero
@@ -222,8 +261,9 @@ def test_zero_advantage_rows_are_not_back_propagated_and_change_nothing(agent_gr
     with torch.no_grad():
         ids, attn, cmask = collate(rows, PAD)
         logps, entropy = per_token_logps(model, ids, attn, cmask.shape[1], trainer.t["temperature"], True)
-    expected_entropy = {role: float(sum((entropy[i] * cmask[i]).sum() for i, r in enumerate(rows) if r.role == role))
-                        for role in roles}
+    expected_entropy = {
+        role: float(sum((entropy[i] * cmask[i]).sum() for i, r in enumerate(rows) if r.role == role)) for role in roles
+    }
     expected_tokens = {role: sum(len(r.completion_ids) for r in rows if r.role == role) for role in roles}
     # the step every row's backward pass would take: the summed gradient, clipped, one AdamW step
     after = [p.detach().clone() for p in policy.params]
@@ -231,7 +271,7 @@ def test_zero_advantage_rows_are_not_back_propagated_and_change_nothing(agent_gr
     shadow = [torch.nn.Parameter(p.detach().clone()) for p in policy.params]
     offset = 0
     for p in shadow:
-        p.grad = total[offset:offset + p.numel()].view_as(p).clone()
+        p.grad = total[offset : offset + p.numel()].view_as(p).clone()
         offset += p.numel()
     torch.nn.utils.clip_grad_norm_(shadow, trainer.t["max_grad_norm"])
     group = policy.optimizer.param_groups[0]
@@ -257,7 +297,7 @@ def test_zero_advantage_rows_are_not_back_propagated_and_change_nothing(agent_gr
     if agent_gradients:  # both generator agents counted, and the aggregator's one agent, at zero
         assert stats["generator"]["n_agents"] == 2
         assert stats["aggregator"]["n_agents"] == 1 and stats["aggregator"]["agent_grad_norms"] == [0.0]
-    for p, q, a in zip(policy.params, shadow, after):
+    for p, q, _a in zip(policy.params, shadow, after):
         assert torch.allclose(p, q, atol=1e-6)
     assert not all(torch.equal(p, a) for p, a in zip(policy.params, after))
 
@@ -291,8 +331,10 @@ def test_policy_groups_from_config_reach_the_routing_table() -> None:
     validate_config(config, load_yaml(ROOT / "rules" / "config.schema.yaml"))
     rc = resolve_run_config(config, parse_run_id("voting-math-tiny-isolated-s0"))
     assert rc["training"]["policy_groups"] == groups
-    assert routing_table(rc["policy"], ("generator", "aggregator"), rc["training"]["policy_groups"]) == \
-        {"generator": "voters_and_aggregator", "aggregator": "voters_and_aggregator"}
+    assert routing_table(rc["policy"], ("generator", "aggregator"), rc["training"]["policy_groups"]) == {
+        "generator": "voters_and_aggregator",
+        "aggregator": "voters_and_aggregator",
+    }
     config["training"]["policy_groups"] = groups  # on every workflow: eval_opt's evaluator has no policy
     with pytest.raises(ConfigError, match=r"training.policy_groups: .*'evaluator'"):
         validate_config(config, load_yaml(ROOT / "rules" / "config.schema.yaml"))

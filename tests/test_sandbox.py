@@ -81,9 +81,13 @@ def no_leftovers():
     yield
     if ROOT:
         assert sandbox_processes() == [], "a sandbox process was left behind"
-    children = [c for c in psutil.Process().children(recursive=True)
-                if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-                and not any(helper in a for a in c.cmdline() for helper in NOT_LEFTOVERS)]
+    children = [
+        c
+        for c in psutil.Process().children(recursive=True)
+        if c.is_running()
+        and c.status() != psutil.STATUS_ZOMBIE
+        and not any(helper in a for a in c.cmdline() for helper in NOT_LEFTOVERS)
+    ]
     assert children == [], "a child process was left behind"
 
 
@@ -95,10 +99,13 @@ def test_good_and_wrong_programs(both):
     assert not v.passed and "SyntaxError" in v.error
 
 
-@pytest.mark.parametrize("code,why", [
-    ("while True:\n    pass\n", "timeout"),
-    ("import time\ntime.sleep(100)\n", "timeout"),
-])
+@pytest.mark.parametrize(
+    "code,why",
+    [
+        ("while True:\n    pass\n", "timeout"),
+        ("import time\ntime.sleep(100)\n", "timeout"),
+    ],
+)
 def test_infinite_loop_and_sleep_time_out(sandbox, code, why):
     start = time.monotonic()
     v = sandbox.run_assert(code, TESTS)
@@ -107,11 +114,14 @@ def test_infinite_loop_and_sleep_time_out(sandbox, code, why):
 
 
 @root_only
-@pytest.mark.parametrize("code", [
-    "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-    # children leave the session and the process group: only the uid still holds them
-    "import os\nwhile True:\n    try:\n        if os.fork() == 0:\n            os.setsid()\n    except OSError:\n        pass\n",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        # children leave the session and the process group: only the uid still holds them
+        "import os\nwhile True:\n    try:\n        if os.fork() == 0:\n            os.setsid()\n    except OSError:\n        pass\n",
+    ],
+)
 def test_fork_bomb_is_bounded_and_killed(sandbox, code):
     before = len(os.listdir("/proc"))
     v = sandbox.run_assert(code, TESTS)
@@ -138,9 +148,17 @@ def test_cannot_write_or_delete_outside(sandbox, tmp_path):
     with open(tmp_victim, "w") as f:
         f.write("keep me too")
     os.chmod(tmp_victim, 0o666)
-    outside = [str(tmp_path / "evil.txt"), "/work/evil.txt", "/root/evil.txt", "/evil.txt",
-               f"/tmp/evil-{os.getpid()}", "/var/tmp/evil", "/dev/shm/evil"]
-    code = f"""
+    outside = [
+        str(tmp_path / "evil.txt"),
+        "/work/evil.txt",
+        "/root/evil.txt",
+        "/evil.txt",
+        f"/tmp/evil-{os.getpid()}",
+        "/var/tmp/evil",
+        "/dev/shm/evil",
+    ]
+    code = (
+        f"""
 import os, shutil
 for p in {outside!r}:
     try:
@@ -154,7 +172,9 @@ for p in {[str(victim), tmp_victim]!r}:
         except OSError:
             pass
 shutil.rmtree({str(tmp_path)!r}, ignore_errors=True)
-""" + GOOD
+"""
+        + GOOD
+    )
     sandbox.run_assert(code, TESTS)
     try:
         assert victim.read_text() == "keep me"
@@ -171,29 +191,34 @@ def test_files_inside_the_working_directory_are_fine(sandbox):
     assert sandbox.run_assert(code, TESTS).passed
 
 
-@pytest.mark.parametrize("code", [
-    "import os\nos._exit(0)\n",
-    "import sys\nsys.exit(0)\n",
-    "raise SystemExit(0)\n",
-    "print('All tests passed')\nimport os\nos._exit(0)\n",
-    "import os\nprint(os.urandom(16).hex())\nos._exit(0)\n",
-    "print('\\n' + '0' * 32 + '\\n')\nimport os\nos._exit(0)\n",
-    # the token pipe is closed and the token is not in the environment or files
-    "import os, sys\nfor fd in range(3, 64):\n    try:\n        sys.stdout.write(os.read(fd, 4096).decode())\n"
-    "    except OSError:\n        pass\nprint(open('/proc/self/environ').read())\n"
-    "print(open('/proc/self/cmdline').read())\nos._exit(0)\n",
-    # a redefined harness: tests run after the candidate and define their own names
-    "def check(candidate):\n    pass\ndef f(x):\n    return 0\n",
-    "import builtins\nbuiltins.AssertionError = type('Nope', (Exception,), {})\ndef f(x):\n    return 0\n",
-    "import atexit, os\natexit.register(lambda: os._exit(0))\ndef f(x):\n    return 0\n",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nos._exit(0)\n",
+        "import sys\nsys.exit(0)\n",
+        "raise SystemExit(0)\n",
+        "print('All tests passed')\nimport os\nos._exit(0)\n",
+        "import os\nprint(os.urandom(16).hex())\nos._exit(0)\n",
+        "print('\\n' + '0' * 32 + '\\n')\nimport os\nos._exit(0)\n",
+        # the token pipe is closed and the token is not in the environment or files
+        "import os, sys\nfor fd in range(3, 64):\n    try:\n        sys.stdout.write(os.read(fd, 4096).decode())\n"
+        "    except OSError:\n        pass\nprint(open('/proc/self/environ').read())\n"
+        "print(open('/proc/self/cmdline').read())\nos._exit(0)\n",
+        # a redefined harness: tests run after the candidate and define their own names
+        "def check(candidate):\n    pass\ndef f(x):\n    return 0\n",
+        "import builtins\nbuiltins.AssertionError = type('Nope', (Exception,), {})\ndef f(x):\n    return 0\n",
+        "import atexit, os\natexit.register(lambda: os._exit(0))\ndef f(x):\n    return 0\n",
+    ],
+)
 def test_early_exit_and_fake_success_score_zero(both, code):
     assert not both.run_assert(code, TESTS).passed
 
 
 def test_killing_the_parent_fails_harmlessly(both):
-    code = "import os, signal\nfor p in (os.getppid(), -1):\n    try:\n        os.kill(p, signal.SIGKILL)\n" \
-           "    except OSError:\n        pass\n"
+    code = (
+        "import os, signal\nfor p in (os.getppid(), -1):\n    try:\n        os.kill(p, signal.SIGKILL)\n"
+        "    except OSError:\n        pass\n"
+    )
     v = both.run_assert(code + "def f(x):\n    return 0\n", TESTS)
     assert not v.passed
     assert both.run_assert(GOOD, TESTS).passed  # this process is alive and still scoring
@@ -208,8 +233,10 @@ def test_network_scores_zero_without_hanging(sandbox):
 
 
 def test_no_network_inside(sandbox):
-    code = "import socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', 22))\nexcept OSError as e:\n" \
-           "    assert e.errno in (101, 111, 99), e\nelse:\n    raise SystemExit('connected')\n" + GOOD
+    code = (
+        "import socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', 22))\nexcept OSError as e:\n"
+        "    assert e.errno in (101, 111, 99), e\nelse:\n    raise SystemExit('connected')\n" + GOOD
+    )
     assert sandbox.run_assert(code, TESTS).passed
 
 
@@ -220,9 +247,11 @@ def test_background_processes_are_killed(sandbox):
 
 @root_only
 def test_runs_unprivileged_with_minimal_env(sandbox):
-    code = ("import os\nassert os.getuid() != 0 and os.getgid() != 0 and os.getgroups() == []\n"
-            "assert set(os.environ) <= {'PATH', 'LANG', 'LC_ALL', 'HOME', 'TMPDIR', 'PYTHONDONTWRITEBYTECODE'},"
-            " os.environ\n" + GOOD)
+    code = (
+        "import os\nassert os.getuid() != 0 and os.getgid() != 0 and os.getgroups() == []\n"
+        "assert set(os.environ) <= {'PATH', 'LANG', 'LC_ALL', 'HOME', 'TMPDIR', 'PYTHONDONTWRITEBYTECODE'},"
+        " os.environ\n" + GOOD
+    )
     assert sandbox.run_assert(code, TESTS).passed
 
 
@@ -260,15 +289,18 @@ def test_split_runner_defeats_introspection_and_eq_tricks(box):
         "import sys, os\nf = sys._getframe()\nwhile f:\n    for v in list(f.f_locals.values()):\n"
         "        if isinstance(v, (bytes, str)) and len(v) == 32:\n"
         "            os.write(1, b'\\n' + (v if isinstance(v, bytes) else v.encode()) + b'\\n')\n"
-        "    f = f.f_back\nos._exit(0)\n")
+        "    f = f.f_back\nos._exit(0)\n"
+    )
     always_equal = "class E:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return E()\n"
     for code in (frame_walk, always_equal):
         assert not box.run_assert(code, TESTS, entry_points=["f"]).passed
-    peek = ("import os\nfor path in ('/proc/%d/mem' % os.getppid(), '/proc/%d/environ' % os.getppid()):\n"
-            "    try:\n        open(path, 'rb').read(1)\n    except OSError:\n        pass\n"
-            "    else:\n        raise SystemExit('read the tester: ' + path)\n"
-            "try:\n    os.listdir('/proc/%d/fd' % os.getppid())\nexcept OSError:\n    pass\n"
-            "else:\n    raise SystemExit('listed the tester fds')\n" + GOOD)
+    peek = (
+        "import os\nfor path in ('/proc/%d/mem' % os.getppid(), '/proc/%d/environ' % os.getppid()):\n"
+        "    try:\n        open(path, 'rb').read(1)\n    except OSError:\n        pass\n"
+        "    else:\n        raise SystemExit('read the tester: ' + path)\n"
+        "try:\n    os.listdir('/proc/%d/fd' % os.getppid())\nexcept OSError:\n    pass\n"
+        "else:\n    raise SystemExit('listed the tester fds')\n" + GOOD
+    )
     assert box.run_assert(peek, TESTS, entry_points=["f"]).passed  # every peek was refused
 
 

@@ -36,9 +36,17 @@ SCRIPT = Path(__file__).with_name("sandbox_attacks.py")
 TESTS = "assert f(1) == 4\nassert f(2) == 5\n"
 GOOD = "def f(x):\n    return x + 3\n"
 # attack: [verdict (None: either), harmless]; a correct program scores 1 in every mechanism
-EXPECTED = {"correct": [True, True], "read_outside": [True, True], "write_outside": [True, True],
-            "network": [True, True], "signal_trainer": [True, True], "kill_everything": [None, True],
-            "fork_bomb": [False, True], "memory_bomb": [False, True], "correct_stdio": [True, True]}
+EXPECTED = {
+    "correct": [True, True],
+    "read_outside": [True, True],
+    "write_outside": [True, True],
+    "network": [True, True],
+    "signal_trainer": [True, True],
+    "kill_everything": [None, True],
+    "fork_bomb": [False, True],
+    "memory_bomb": [False, True],
+    "correct_stdio": [True, True],
+}
 JOB_INTERPRETER = f"{tuple(sys.version_info[:2])} 1 1"  # (major, minor), isolated, no site
 
 
@@ -60,8 +68,11 @@ def unprivileged():
     try:
         pwd.getpwnam(USER)
     except KeyError:
-        r = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode not in (0, 9):  # 9: created meanwhile by another run
             pytest.fail(f"useradd {USER}: {r.stderr.strip()}")
     entry = pwd.getpwnam(USER)
@@ -82,6 +93,7 @@ def run_attacks(mechanism: str, user: tuple[int, int] | None) -> dict:
     """tests/sandbox_attacks.py's report, run as `user` (None: as this process)."""
     scratch = tempfile.mkdtemp(prefix="sandbox-attacks-")
     try:
+
         def drop() -> None:
             if user is not None:
                 os.setgroups([])
@@ -90,10 +102,22 @@ def run_attacks(mechanism: str, user: tuple[int, int] | None) -> dict:
 
         if user is not None:
             os.chown(scratch, *user)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "TMPDIR": scratch,
-               "HOME": scratch, "LANG": "C.UTF-8"}
-        r = subprocess.run([sys.executable, str(SCRIPT), mechanism, scratch], capture_output=True, text=True,
-                           env=env, cwd=scratch, preexec_fn=drop, timeout=120)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": str(REPO),
+            "TMPDIR": scratch,
+            "HOME": scratch,
+            "LANG": "C.UTF-8",
+        }
+        r = subprocess.run(
+            [sys.executable, str(SCRIPT), mechanism, scratch],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=scratch,
+            preexec_fn=drop,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         return json.loads(r.stdout.strip().splitlines()[-1])
     finally:
@@ -144,7 +168,8 @@ def test_probed_once_per_job_and_logged(fresh_probe, monkeypatch, caplog):
         first, second = Sandbox(Limits()), Sandbox(Limits())
     assert first.mechanism == second.mechanism and len(probes) == 1
     assert [r.getMessage() for r in caplog.records].count(
-        f"sandbox: isolation by {first.mechanism} ({sandbox_mechanisms.WHAT_HOLDS[first.mechanism]})") == 1
+        f"sandbox: isolation by {first.mechanism} ({sandbox_mechanisms.WHAT_HOLDS[first.mechanism]})"
+    ) == 1
 
 
 def test_refuses_without_a_mechanism_unless_the_job_opts_out(fresh_probe, monkeypatch, caplog):

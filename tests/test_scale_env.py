@@ -16,8 +16,12 @@ TINY_ENV = yaml.safe_load((ROOT / "config.yaml").read_text())["scales"]["tiny"][
 def command_prefixes(dry_run_output: str) -> list[str]:
     """What stands before `python -m trainer` in each base_model and train command of `snakemake -n -p`,
     less the train rule's own offline settings (tests/test_prefetch.py checks those)."""
-    return [p.replace(OFFLINE, "").strip() for p in re.findall(r"^Shell command: (.*?)python -m trainer (?:launch|base-model) ",
-                                          dry_run_output, flags=re.MULTILINE)]
+    return [
+        p.replace(OFFLINE, "").strip()
+        for p in re.findall(
+            r"^Shell command: (.*?)python -m trainer (?:launch|base-model) ", dry_run_output, flags=re.MULTILINE
+        )
+    ]
 
 
 def test_tiny_scale_jobs_run_under_the_config_env():

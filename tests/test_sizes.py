@@ -56,9 +56,7 @@ def oversized(files: list[Path], root: Path = ROOT) -> list[str]:
             offenders.append(f"{rel}: module has {lines} lines (max {MAX_MODULE_LINES})")
         for name, lineno, size in function_sizes(path.read_text()):
             if size > MAX_FUNCTION_LINES:
-                offenders.append(
-                    f"{rel}:{lineno}: {name} has {size} lines (max {MAX_FUNCTION_LINES})"
-                )
+                offenders.append(f"{rel}:{lineno}: {name} has {size} lines (max {MAX_FUNCTION_LINES})")
     return offenders
 
 
@@ -74,9 +72,7 @@ def test_nested_functions_count_alone_and_in_their_parent() -> None:
     assert sizes == {"C.outer": 6, "C.outer.inner": 4}
 
 
-@pytest.mark.parametrize(
-    ("body_lines", "flagged"), [(MAX_FUNCTION_LINES - 1, False), (MAX_FUNCTION_LINES, True)]
-)
+@pytest.mark.parametrize(("body_lines", "flagged"), [(MAX_FUNCTION_LINES - 1, False), (MAX_FUNCTION_LINES, True)])
 def test_a_function_one_line_over_is_named(tmp_path: Path, body_lines: int, flagged: bool) -> None:
     # def line + body_lines: body_lines == MAX is one over the limit.
     path = tmp_path / "probe.py"

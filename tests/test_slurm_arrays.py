@@ -21,8 +21,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 from submitit.helpers import Checkpointable
@@ -70,25 +71,40 @@ class Sleeper:
 
 
 def request(tag: str, at: float, partition: str = "debug") -> dict[str, Any]:
-    return {"tag": tag, "requested_at": at, "max_num_timeout": 3, "job": array_submit.TRAIN_JOB,
-            "params": {"partition": partition, "time": 5, "mem": "100M"}}
+    return {
+        "tag": tag,
+        "requested_at": at,
+        "max_num_timeout": 3,
+        "job": array_submit.TRAIN_JOB,
+        "params": {"partition": partition, "time": 5, "mem": "100M"},
+    }
 
 
 def test_arrays_are_cut_at_max_array_size_and_split_by_parameters() -> None:
-    requests = [request(f"run{i}", at=i) for i in range(7)] + [request(f"gpu{i}", at=10 + i, partition="gpu")
-                                                               for i in range(2)]
+    requests = [request(f"run{i}", at=i) for i in range(7)] + [
+        request(f"gpu{i}", at=10 + i, partition="gpu") for i in range(2)
+    ]
     arrays = array_submit.plan_arrays(requests, max_size=3)
-    assert [[r["tag"] for r in a] for a in arrays] == [["run0", "run1", "run2"], ["run3", "run4", "run5"], ["run6"],
-                                                       ["gpu0", "gpu1"]]
+    assert [[r["tag"] for r in a] for a in arrays] == [
+        ["run0", "run1", "run2"],
+        ["run3", "run4", "run5"],
+        ["run6"],
+        ["gpu0", "gpu1"],
+    ]
     assert all({r["params"]["partition"] for r in a} in ({"debug"}, {"gpu"}) for a in arrays)
     assert len(array_submit.plan_arrays(requests, max_size=1001)) == 2
 
 
-@pytest.mark.parametrize(("script", "expected", "logged"), [
-    ("echo 'MaxArraySize            = 7'", 7, False),
-    ("echo 'scontrol: error: no controller' >&2; exit 1", array_submit.DEFAULT_MAX_ARRAY_SIZE, True)])
-def test_max_array_size_from_scontrol_or_a_logged_fallback(tmp_path: Path, monkeypatch, script: str, expected: int,
-                                                           logged: bool) -> None:
+@pytest.mark.parametrize(
+    ("script", "expected", "logged"),
+    [
+        ("echo 'MaxArraySize            = 7'", 7, False),
+        ("echo 'scontrol: error: no controller' >&2; exit 1", array_submit.DEFAULT_MAX_ARRAY_SIZE, True),
+    ],
+)
+def test_max_array_size_from_scontrol_or_a_logged_fallback(
+    tmp_path: Path, monkeypatch, script: str, expected: int, logged: bool
+) -> None:
     (tmp_path / "scontrol").write_text(f"#!/bin/sh\n{script}\n")
     (tmp_path / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
@@ -116,13 +132,25 @@ def test_a_dead_holders_claims_are_recorded_or_asked_again(tmp_path: Path, monke
     spool.mkdir(parents=True)
     for run, chunk, index, size in (("a", "x", 0, 2), ("b", "x", 1, 2), ("c", "y", 0, 1)):
         (runs / run / "work").mkdir(parents=True)
-        (spool / f"{run}.json").write_text(json.dumps({
-            "state": array_submit.CLAIMED, "path": str(spool / f"{run}.json"), "run": run, "tag": run,
-            "record": {"run": run, "tag": run}, "job_json": str(runs / run / "work" / "job.json"),
-            "comment": f"{array_submit.ARRAY_COMMENT}{chunk}", "index": index, "size": size}))
+        (spool / f"{run}.json").write_text(
+            json.dumps(
+                {
+                    "state": array_submit.CLAIMED,
+                    "path": str(spool / f"{run}.json"),
+                    "run": run,
+                    "tag": run,
+                    "record": {"run": run, "tag": run},
+                    "job_json": str(runs / run / "work" / "job.json"),
+                    "comment": f"{array_submit.ARRAY_COMMENT}{chunk}",
+                    "index": index,
+                    "size": size,
+                }
+            )
+        )
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "squeue").write_text(
-        "#!/bin/sh\nprintf '170_0|RUNNING|trainer-array:x\\n170_1|PENDING|trainer-array:x\\n9|RUNNING|other\\n'\n")
+        "#!/bin/sh\nprintf '170_0|RUNNING|trainer-array:x\\n170_1|PENDING|trainer-array:x\\n9|RUNNING|other\\n'\n"
+    )
     (tmp_path / "bin" / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     array_submit.recover_claimed(spool, lambda message: None)
@@ -149,15 +177,23 @@ def need_slurm() -> None:
 def run_config(run: str, window_s: float, partition: str = "debug") -> dict[str, Any]:
     """A run on the slurm backend with arrays on; tiny resources (the job only sleeps)."""
     rc = resolve_run_config(load_yaml(ROOT / "config.yaml"), parse_run_id(run))
-    rc["launcher"].update(backend="slurm", partition=partition, poll_interval_s=1, signal_delay_s=10,
-                          array_window_s=window_s)
+    rc["launcher"].update(
+        backend="slurm", partition=partition, poll_interval_s=1, signal_delay_s=10, array_window_s=window_s
+    )
     rc["resources"].update(cpus=1, mem_gb=0.5, time_min=5)
     return rc
 
 
-def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, partition: str = "debug",
-                    job: str = "tests.test_slurm_arrays:Sleeper", time_min: int = 5, sleep_s: float = 1,
-                    **launcher: Any):
+def start_launchers(
+    tmp_path: Path,
+    seeds: Iterable[int],
+    window_s: float,
+    partition: str = "debug",
+    job: str = "tests.test_slurm_arrays:Sleeper",
+    time_min: int = 5,
+    sleep_s: float = 1,
+    **launcher: Any,
+):
     """A launcher per seed, started together, PATH led by an sbatch that logs its calls; (run dir, process)."""
     shim = tmp_path / "bin" / "sbatch"
     if not shim.exists():
@@ -166,8 +202,12 @@ def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, parti
         shim.chmod(0o755)
     base = tmp_path / "model.json"
     base.write_text(json.dumps({"name": "tiny", "path": str(tmp_path / "no-model")}))
-    env = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
-           "SLEEPER_S": str(sleep_s)}
+    env = {
+        **os.environ,
+        "PATH": f"{shim.parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "SLEEPER_S": str(sleep_s),
+    }
     started = []
     for seed in seeds:
         run = f"single-math-tiny-shared-s{seed}"
@@ -176,8 +216,12 @@ def start_launchers(tmp_path: Path, seeds: Iterable[int], window_s: float, parti
         rc["launcher"].update(launcher)
         rc["resources"]["time_min"] = time_min
         cmd = [sys.executable, "-c", LAUNCHER, json.dumps(rc), str(base), str(run_dir), job]
-        started.append((run_dir, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                                  stderr=subprocess.PIPE, text=True)))
+        started.append(
+            (
+                run_dir,
+                subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+            )
+        )
     return started
 
 
@@ -238,7 +282,7 @@ def test_a_rejected_array_fails_each_launcher_naming_runs_and_error(need_slurm: 
     outs = [(run_dir, *proc.communicate(timeout=120), proc.returncode) for run_dir, proc in started]
     assert len(sbatch_calls(tmp_path)) == 1
     runs = [run_dir.name for run_dir, *_ in outs]
-    for run_dir, out, err, rc in outs:
+    for run_dir, _out, err, rc in outs:
         assert rc != 0 and not (run_dir / "work" / "job.json").exists()
         message = next(line for line in err.splitlines() if "submitting the array of runs" in line)
         assert all(run in message for run in runs), message
@@ -246,8 +290,9 @@ def test_a_rejected_array_fails_each_launcher_naming_runs_and_error(need_slurm: 
 
 
 @pytest.mark.slurm
-def test_a_holder_killed_in_its_window_leaves_no_request_submitted_twice_or_never(need_slurm: None,
-                                                                                 tmp_path: Path) -> None:
+def test_a_holder_killed_in_its_window_leaves_no_request_submitted_twice_or_never(
+    need_slurm: None, tmp_path: Path
+) -> None:
     """SIGKILL the launcher that collects (holds the spool lock) while it waits its window: another takes
     over and submits the three live runs as one array; the dead launcher's request is not submitted, and
     its rerun takes it over and submits it once (a second sbatch call)."""
@@ -262,8 +307,11 @@ def test_a_holder_killed_in_its_window_leaves_no_request_submitted_twice_or_neve
     killed.kill()
     killed.communicate()
     try:
-        outs = [(run_dir, *proc.communicate(timeout=240), proc.returncode) for run_dir, proc in started
-                if proc is not killed]
+        outs = [
+            (run_dir, *proc.communicate(timeout=240), proc.returncode)
+            for run_dir, proc in started
+            if proc is not killed
+        ]
         assert len(sbatch_calls(tmp_path)) == 1 and not (killed_dir / "work" / "job.json").exists()
         left = json.loads((spool / f"{job_tag(killed_dir.name, killed_dir)}.json").read_text())
         assert left["state"] == array_submit.PENDING, left  # neither submitted with the others nor dropped
@@ -291,8 +339,10 @@ def test_a_killed_launcher_reattaches_to_its_array_task(need_slurm: None, tmp_pa
     killed.communicate()
     try:
         [(_, rerun)] = start_launchers(tmp_path, [0], window_s=3, sleep_s=20)
-        outs = [(run_dir, *proc.communicate(timeout=240), proc.returncode)
-                for run_dir, proc in ((other_dir, other), (killed_dir, rerun))]
+        outs = [
+            (run_dir, *proc.communicate(timeout=240), proc.returncode)
+            for run_dir, proc in ((other_dir, other), (killed_dir, rerun))
+        ]
     finally:
         subprocess.run(["scancel", *{j.split("_")[0] for j in job_ids(tmp_path).values()}], capture_output=True)
     ids = job_ids(tmp_path)
@@ -302,12 +352,20 @@ def test_a_killed_launcher_reattaches_to_its_array_task(need_slurm: None, tmp_pa
 
 
 @pytest.mark.slurm
-def test_an_array_task_signalled_at_its_time_limit_is_requeued_and_its_launcher_waits(need_slurm: None,
-                                                                                      tmp_path: Path) -> None:
+def test_an_array_task_signalled_at_its_time_limit_is_requeued_and_its_launcher_waits(
+    need_slurm: None, tmp_path: Path
+) -> None:
     """submitit's time-limit signal requeues the array task itself (scontrol requeue ARRAYID_INDEX): same
     task id, log continued; each launcher keeps waiting and gets its own task's result."""
-    started = start_launchers(tmp_path, range(2), window_s=5, job="tests.test_slurm_arrays:Requeued",
-                              time_min=1, signal_delay_s=30, max_num_timeout=2)
+    started = start_launchers(
+        tmp_path,
+        range(2),
+        window_s=5,
+        job="tests.test_slurm_arrays:Requeued",
+        time_min=1,
+        signal_delay_s=30,
+        max_num_timeout=2,
+    )
     try:
         outs = [(run_dir, *proc.communicate(timeout=300), proc.returncode) for run_dir, proc in started]
     finally:

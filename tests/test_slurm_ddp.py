@@ -32,12 +32,28 @@ def need_slurm() -> None:
 
 def test_slurm_job_runs_two_ranks_to_done(tmp_path_factory, tmp_path: Path) -> None:
     base_model = tiny_base_model(tmp_path_factory)
-    rc = tiny_run_config(RUN, {"max_steps": 2, "eval_every": 2, "save_every": 2, "eval_problems": 8},
-                         backend="slurm", partition="debug", signal_delay_s=10, poll_interval_s=1)
+    rc = tiny_run_config(
+        RUN,
+        {"max_steps": 2, "eval_every": 2, "save_every": 2, "eval_problems": 8},
+        backend="slurm",
+        partition="debug",
+        signal_delay_s=10,
+        poll_interval_s=1,
+    )
     rc["resources"].update(gpus=0, processes=2, cpus=2, mem_gb=2, time_min=10)  # 1 core per rank
     run_dir = tmp_path / RUN
-    cmd = [sys.executable, "-m", "trainer", "launch", "--run-config", json.dumps(rc), "--base-model",
-           str(base_model), "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "launch",
+        "--run-config",
+        json.dumps(rc),
+        "--base-model",
+        str(base_model),
+        "--run-dir",
+        str(run_dir),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=trainer_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = json.loads((run_dir / rundir.DONE_JSON).read_text())

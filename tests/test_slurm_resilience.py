@@ -22,8 +22,17 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from tests.resilience import (assert_nothing_partial, assert_same_logs, progress_step, published_logs, start_trainer,
-                              tiny_base_model, tiny_run_config, trainer_env, wait_for)
+from tests.resilience import (
+    assert_nothing_partial,
+    assert_same_logs,
+    progress_step,
+    published_logs,
+    start_trainer,
+    tiny_base_model,
+    tiny_run_config,
+    trainer_env,
+    wait_for,
+)
 from trainer.sweep import rundir
 from trainer.sweep.launch import LIVE_SLURM_STATES, job_tag
 
@@ -48,16 +57,33 @@ def need_slurm() -> None:
 
 def slurm_config(training: dict[str, Any], time_min: int = 10, max_num_timeout: int = 3) -> dict[str, Any]:
     """A tiny run on the slurm backend, partition debug, a short signal delay and fast polling."""
-    rc = tiny_run_config(RUN, training, backend="slurm", partition="debug", signal_delay_s=10,
-                         poll_interval_s=1, max_num_timeout=max_num_timeout)
+    rc = tiny_run_config(
+        RUN,
+        training,
+        backend="slurm",
+        partition="debug",
+        signal_delay_s=10,
+        poll_interval_s=1,
+        max_num_timeout=max_num_timeout,
+    )
     rc["resources"].update(cpus=1, mem_gb=2, time_min=time_min)
     return rc
 
 
 def launch_cmd(rc: dict[str, Any], base_model: Path, run_dir: Path) -> list[str]:
     """The command the train rule runs (rules/train.smk)."""
-    return [sys.executable, "-m", "trainer", "launch", "--run-config", json.dumps(rc), "--base-model",
-            str(base_model), "--run-dir", str(run_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "trainer",
+        "launch",
+        "--run-config",
+        json.dumps(rc),
+        "--base-model",
+        str(base_model),
+        "--run-dir",
+        str(run_dir),
+    ]
 
 
 def paced(pause_s: float) -> dict[str, str]:
@@ -70,16 +96,18 @@ def paced(pause_s: float) -> dict[str, str]:
 def start_launcher(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     """The launcher in its own process group, its output appended to `log`."""
     with open(log, "a") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=trainer_env(**env),
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=trainer_env(**env), start_new_session=True
+        )
 
 
 def run_jobs(run_dir: Path) -> list[tuple[str, str]]:
     """(job id, state) of every job squeue lists with the run's tag, ended ones included (SLURM keeps
     them MinJobAge seconds); other tests' jobs, of other run directories, are never among them."""
     tag = job_tag(RUN, run_dir)
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%k"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i|%T|%k"], capture_output=True, text=True, check=True
+    ).stdout
     rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2]
     return [(job_id, state) for job_id, state, comment in rows if comment == tag]
 
@@ -115,9 +143,9 @@ def finish(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
     """Wait for the launcher; fail with its log tail unless it exits 0."""
     try:
         rc = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
         os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"launcher still running after {timeout_s}s\n{log.read_text()[-3000:]}")
+        raise AssertionError(f"launcher still running after {timeout_s}s\n{log.read_text()[-3000:]}") from e
     assert rc == 0, f"launcher exited {rc}\n{log.read_text()[-3000:]}"
 
 
@@ -156,8 +184,13 @@ def test_killed_launcher_reattaches(tmp_path_factory, tmp_path: Path) -> None:
     cmd = launch_cmd(rc, base, run_dir)
     try:
         first = start_launcher(cmd, log, paced(1.0))  # >= 8 s of training: the job outlives the kill
-        wait_for(lambda: job_record(run_dir) is not None and any(
-            s == "RUNNING" for _, s in run_jobs(run_dir)), first, 120, "the job RUNNING", log)
+        wait_for(
+            lambda: job_record(run_dir) is not None and any(s == "RUNNING" for _, s in run_jobs(run_dir)),
+            first,
+            120,
+            "the job RUNNING",
+            log,
+        )
         job_id = job_record(run_dir)["job_id"]
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
@@ -185,8 +218,13 @@ def test_cancelled_job_resubmits_and_resumes(tmp_path_factory, tmp_path: Path) -
     cmd = launch_cmd(rc, base, run_dir)
     try:
         first = start_launcher(cmd, log, paced(0.5))
-        wait_for(lambda: job_record(run_dir) is not None and checkpoint_steps(run_dir) != [], first, 180,
-                 "a first checkpoint", log)
+        wait_for(
+            lambda: job_record(run_dir) is not None and checkpoint_steps(run_dir) != [],
+            first,
+            180,
+            "a first checkpoint",
+            log,
+        )
         old_id = job_record(run_dir)["job_id"]
         subprocess.run(["scancel", old_id], check=True)
         os.killpg(first.pid, signal.SIGKILL)
@@ -223,8 +261,9 @@ def test_requeue_mid_step_resumes_after_the_last_completed_step(tmp_path_factory
     rc = slurm_config({"max_steps": 4, "save_every": 10, "eval_every": 2})
     t0 = time.time()
     try:  # each generation call lasts >= 8 s (interruptible by the stop flag): a step outlasts KillWait
-        proc = start_launcher(launch_cmd(rc, base, run_dir), log,
-                              {"TRAINER_TEST_PAUSE_AT": "generate", "TRAINER_TEST_PAUSE_S": "8"})
+        proc = start_launcher(
+            launch_cmd(rc, base, run_dir), log, {"TRAINER_TEST_PAUSE_AT": "generate", "TRAINER_TEST_PAUSE_S": "8"}
+        )
         wait_for(lambda: progress_step(run_dir) >= 2, proc, 240, "step 2 done", log)
         assert checkpoint_steps(run_dir) == [], "a checkpoint before the signal: the test shows nothing"
         subprocess.run(["scontrol", "requeue", job_record(run_dir)["job_id"]], check=True)

@@ -39,6 +39,7 @@ def code_task():
 
 # -- offline sources --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("task", ["math", "code"])
 def test_tiny_config_train_and_eval_are_disjoint_and_deterministic(task):
     spec = tiny_tasks()[task]
@@ -54,12 +55,30 @@ def test_tiny_config_train_and_eval_are_disjoint_and_deterministic(task):
     assert load_problems(task, spec["eval"][0], "eval") == evals[0]
 
 
-@pytest.mark.parametrize("task,spec", [
-    ("math", {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 300, "seed": 5,
-              "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1,
-                         "operators": ["+"], "allow_parentheses": False, "allow_negation": False}}),
-    ("code", {"source": "synthetic_functions", "size": 300, "seed": 5}),
-])
+@pytest.mark.parametrize(
+    "task,spec",
+    [
+        (
+            "math",
+            {
+                "source": "reasoning_gym",
+                "dataset": "basic_arithmetic",
+                "size": 300,
+                "seed": 5,
+                "params": {
+                    "min_terms": 2,
+                    "max_terms": 2,
+                    "min_digits": 1,
+                    "max_digits": 1,
+                    "operators": ["+"],
+                    "allow_parentheses": False,
+                    "allow_negation": False,
+                },
+            },
+        ),
+        ("code", {"source": "synthetic_functions", "size": 300, "seed": 5}),
+    ],
+)
 def test_same_seed_for_both_splits_is_still_disjoint(task, spec):
     # a tiny universe (one-digit sums: 81 texts) forces repeats within a split, never across
     train, ev = load_problems(task, spec, "train"), load_problems(task, spec, "eval")
@@ -88,10 +107,22 @@ def test_worked_demonstrations_are_correct_column_sums(math_task):
     assert column_sum("47 + 35", "x", carry=False) == ("7+5=12, 4+3=7", 72)  # the carry forgotten
     assert column_sum("69 + 75", "x", carry=False) == ("9+5=14, 6+7=13", 134)
     assert column_sum("6 + 10", "x") == ("6+0=6, 1=1", 16)
-    spec = {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 50, "seed": 1,
-            "demonstration": "worked", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
-                                                  "max_digits": 2, "operators": ["+"],
-                                                  "allow_negation": False, "allow_parentheses": False}}
+    spec = {
+        "source": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "size": 50,
+        "seed": 1,
+        "demonstration": "worked",
+        "params": {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 2,
+            "operators": ["+"],
+            "allow_negation": False,
+            "allow_parentheses": False,
+        },
+    }
     probs = load_problems("math", spec, "train")
     for p in probs:
         steps = p.demonstration.split(". ")[0].split(", ")
@@ -104,15 +135,20 @@ def test_worked_demonstrations_are_correct_column_sums(math_task):
 
 
 def test_worked_demonstrations_refuse_other_expressions():
-    spec = {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 5, "seed": 1,
-            "demonstration": "worked", "params": {"min_terms": 2, "max_terms": 2, "operators": ["-"]}}
+    spec = {
+        "source": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "size": 5,
+        "seed": 1,
+        "demonstration": "worked",
+        "params": {"min_terms": 2, "max_terms": 2, "operators": ["-"]},
+    }
     with pytest.raises(ValueError, match="demonstration 'worked' needs sums"):
         load_problems("math", spec, "train")
 
 
 def test_reasoning_gym_gsm_symbolic(math_task):
-    probs = load_problems("math", {"source": "reasoning_gym", "dataset": "gsm_symbolic", "size": 3, "seed": 1},
-                          "train")
+    probs = load_problems("math", {"source": "reasoning_gym", "dataset": "gsm_symbolic", "size": 3, "seed": 1}, "train")
     assert len(probs) == 3 and all(p.demonstration == f"\\boxed{{{p.answer}}}" for p in probs)
     assert all(s.score == 1.0 for s in math_task.score_batch(probs, [p.demonstration for p in probs]))
 
@@ -130,6 +166,7 @@ def test_human_eval_is_eval_only():
 
 
 # -- online sources on fixtures -----------------------------------------------------------------
+
 
 def local(name: str, **fields) -> dict:
     return {"source": "local", "path": str(DATA / name), **fields}
@@ -161,8 +198,9 @@ def test_holdout_needs_the_train_spec():
 
 @pytest.mark.parametrize("name", ["aime_2025.jsonl", "aime_2025.parquet"])
 def test_aime_integer_answers(math_task, name):
-    probs = load_problems("math", local(name, question_field="problem", answer_field="answer",
-                                        id_field="problem_idx"), "eval")
+    probs = load_problems(
+        "math", local(name, question_field="problem", answer_field="answer", id_field="problem_idx"), "eval"
+    )
     assert [p.answer for p in probs] == ["70", "24", "15"]
     assert probs[0].id.endswith("/1")
     assert math_task.score(probs[0], "so the answer is \\boxed{70}").score == 1.0
@@ -175,10 +213,12 @@ def test_gsm8k_gold_after_hashes():
 
 
 def test_math500_answer_and_boxed_solution(math_task):
-    by_answer = load_problems("math", local("math500.jsonl", question_field="problem", answer_field="answer",
-                                            id_field="unique_id"), "eval")
-    by_solution = load_problems("math", local("math500.jsonl", question_field="problem",
-                                              answer_field="solution"), "eval")
+    by_answer = load_problems(
+        "math", local("math500.jsonl", question_field="problem", answer_field="answer", id_field="unique_id"), "eval"
+    )
+    by_solution = load_problems(
+        "math", local("math500.jsonl", question_field="problem", answer_field="solution"), "eval"
+    )
     assert [p.answer for p in by_answer] == [p.answer for p in by_solution]
     assert math_task.score(by_answer[0], "\\boxed{0.5}").score == 1.0
     assert by_answer[0].id.endswith("test/prealgebra/1.json")
@@ -195,8 +235,7 @@ def test_hf_source_calls_load_dataset(monkeypatch):
         return datasets.Dataset.from_list(rows)
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    spec = {"source": "hf", "path": "open-r1/DAPO-Math-17k-Processed", "config_name": "en", "split": "train",
-            **DAPO}
+    spec = {"source": "hf", "path": "open-r1/DAPO-Math-17k-Processed", "config_name": "en", "split": "train", **DAPO}
     train = load_problems("math", spec, "train")
     local_train = load_problems("math", local("dapo_math_17k_processed.jsonl", **DAPO), "train")
     assert calls == [("open-r1/DAPO-Math-17k-Processed", "en", "train")]
@@ -219,15 +258,23 @@ def test_deepcoder_primeintellect(code_task):
 
 def test_deepcoder_lcbv5(code_task):
     stdin, functional = load_problems("code", local("deepcoder_lcbv5.jsonl", **CODE), "train")
-    swap = ("n = int(input())\nfor _ in range(n):\n    s = input()\n"
-            "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) in (0, 2) else 'NO')\n")
+    swap = (
+        "n = int(input())\nfor _ in range(n):\n    s = input()\n"
+        "    print('YES' if sum(a != b for a, b in zip(s, 'abc')) in (0, 2) else 'NO')\n"
+    )
     assert code_task.score(stdin, f"```python\n{swap}```").score == 1.0
-    two_sum = ("from typing import List\nclass Solution:\n    def twoSum(self, nums: List[int], target: int):\n"
-               "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
-               "                return [seen[target - x], i]\n            seen[x] = i\n")
+    two_sum = (
+        "from typing import List\nclass Solution:\n    def twoSum(self, nums: List[int], target: int):\n"
+        "        seen = {}\n        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+        "                return [seen[target - x], i]\n            seen[x] = i\n"
+    )
     assert code_task.score(functional, f"```python\n{two_sum}```").score == 1.0
-    assert code_task.score(functional, "```python\nclass Solution:\n    def twoSum(self, n, t):\n"
-                                       "        return [0, 1]\n```").score == 0.0
+    assert (
+        code_task.score(
+            functional, "```python\nclass Solution:\n    def twoSum(self, n, t):\n        return [0, 1]\n```"
+        ).score
+        == 0.0
+    )
 
 
 def test_deepcoder_taco(code_task):
@@ -239,8 +286,12 @@ def test_deepcoder_taco(code_task):
 
 
 def test_livecodebench_public_and_compressed_private_tests(code_task):
-    spec = local("livecodebench.jsonl", question_field="question_content",
-                 answer_field="public_test_cases,private_test_cases", id_field="question_id")
+    spec = local(
+        "livecodebench.jsonl",
+        question_field="question_content",
+        answer_field="public_test_cases,private_test_cases",
+        id_field="question_id",
+    )
     stdin, functional = load_problems("code", spec, "eval")
     assert len(json.loads(stdin.answer)["cases"]) == 3
     assert stdin.id.endswith("/abc300_a")
@@ -250,13 +301,16 @@ def test_livecodebench_public_and_compressed_private_tests(code_task):
     assert code_task.score(functional, rev).score == 1.0
 
 
-@pytest.mark.parametrize("spec,match", [
-    (local("aime_2025.jsonl", question_field="question", answer_field="answer"), "question field 'question'"),
-    (local("aime_2025.jsonl", question_field="problem", answer_field="solution"), "answer field 'solution'"),
-    (local("missing.jsonl", question_field="problem", answer_field="answer"), "not found"),
-    ({"source": "nope"}, "unknown source"),
-    ({"source": "reasoning_gym", "size": 3}, "'dataset'"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        (local("aime_2025.jsonl", question_field="question", answer_field="answer"), "question field 'question'"),
+        (local("aime_2025.jsonl", question_field="problem", answer_field="solution"), "answer field 'solution'"),
+        (local("missing.jsonl", question_field="problem", answer_field="answer"), "not found"),
+        ({"source": "nope"}, "unknown source"),
+        ({"source": "reasoning_gym", "size": 3}, "'dataset'"),
+    ],
+)
 def test_bad_specs_name_the_problem(spec, match):
     with pytest.raises(ValueError, match=match):
         load_problems("math", spec, "train")
@@ -266,5 +320,6 @@ def test_bad_jsonl_line_names_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"problem": "a", "answer": 1}\n{oops\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2"):
-        load_problems("math", {"source": "local", "path": str(bad), "question_field": "problem",
-                               "answer_field": "answer"}, "eval")
+        load_problems(
+            "math", {"source": "local", "path": str(bad), "question_field": "problem", "answer_field": "answer"}, "eval"
+        )

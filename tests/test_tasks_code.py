@@ -47,12 +47,16 @@ def test_solution_without_the_prompt_imports_passes(code_task, human_eval):
 
 
 def stdio_problem(cases: list[dict]) -> Problem:
-    return Problem("io/0", "sum two numbers", json.dumps({"kind": "stdio", "cases": cases, "fn_name": None}),
-                   "", "test")
+    return Problem(
+        "io/0", "sum two numbers", json.dumps({"kind": "stdio", "cases": cases, "fn_name": None}), "", "test"
+    )
 
 
-SUM_CASES = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4\n", "output": "6\n"},
-             {"input": "0 0", "output": "0"}]
+SUM_CASES = [
+    {"input": "1 2\n", "output": "3\n"},
+    {"input": "10 -4\n", "output": "6\n"},
+    {"input": "0 0", "output": "0"},
+]
 
 
 def test_stdio_right_program_scores_one(code_task):
@@ -76,8 +80,9 @@ def test_stdio_crash_after_right_output_scores_zero(code_task):
 
 
 def test_functional_tests_with_solution_class_and_plain_function(code_task):
-    spec = code_tests([json.dumps({"inputs": [[[1, 2, 3]], [[5]]], "outputs": [[6], 5], "fn_name": "total"})],
-                      {}, "test")
+    spec = code_tests(
+        [json.dumps({"inputs": [[[1, 2, 3]], [[5]]], "outputs": [[6], 5], "fn_name": "total"})], {}, "test"
+    )
     p = Problem("fn/0", "sum a list", json.dumps(spec), "", "test")
     assert code_task.score(p, "```python\ndef total(xs):\n    return sum(xs)\n```").score == 1.0
     cls = "```python\nclass Solution:\n    def total(self, xs):\n        return sum(xs)\n```"
@@ -133,13 +138,20 @@ def run_cli(argv, capsys):
 
 
 def test_score_cli_for_code(tmp_path, capsys, human_eval):
-    lines = [{"task_id": "HumanEval/0", "completion": human_eval[0].demonstration},
-             {"problem_id": "HumanEval/1", "completion": "nope"},
-             {"problem_id": "synthetic_functions/eval/s2/3",
-              "completion": load_problems("code", {"source": "synthetic_functions", "size": 4, "seed": 2},
-                                          "eval")[3].demonstration},
-             {"tests": {"kind": "stdio", "cases": [{"input": "1\n", "output": "2\n"}]},
-              "completion": "print(int(input()) + 1)"}]
+    lines = [
+        {"task_id": "HumanEval/0", "completion": human_eval[0].demonstration},
+        {"problem_id": "HumanEval/1", "completion": "nope"},
+        {
+            "problem_id": "synthetic_functions/eval/s2/3",
+            "completion": load_problems("code", {"source": "synthetic_functions", "size": 4, "seed": 2}, "eval")[
+                3
+            ].demonstration,
+        },
+        {
+            "tests": {"kind": "stdio", "cases": [{"input": "1\n", "output": "2\n"}]},
+            "completion": "print(int(input()) + 1)",
+        },
+    ]
     f = tmp_path / "c.jsonl"
     f.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     rc, rows, _ = run_cli(["--task", "code", str(f)], capsys)
@@ -149,12 +161,15 @@ def test_score_cli_for_code(tmp_path, capsys, human_eval):
     assert set(rows[0]) == {"problem_id", "score", "parsed", "error"}
 
 
-@pytest.mark.parametrize("content,match", [
-    ('{"task_id": "HumanEval/0", "completion": "x"}\n{oops\n', ":2: not valid JSON"),
-    ('{"task_id": "HumanEval/999", "completion": "x"}\n', ":1: unknown problem id"),
-    ('{"task_id": "HumanEval/0"}\n', ":1: needs a string 'completion'"),
-    ('{"completion": "x"}\n', ":1: a code line needs"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ('{"task_id": "HumanEval/0", "completion": "x"}\n{oops\n', ":2: not valid JSON"),
+        ('{"task_id": "HumanEval/999", "completion": "x"}\n', ":1: unknown problem id"),
+        ('{"task_id": "HumanEval/0"}\n', ":1: needs a string 'completion'"),
+        ('{"completion": "x"}\n', ":1: a code line needs"),
+    ],
+)
 def test_score_cli_bad_lines_name_the_line(tmp_path, capsys, content, match):
     f = tmp_path / "bad.jsonl"
     f.write_text(content)
@@ -172,11 +187,11 @@ def test_repeated_programs_run_once_but_timeouts_rerun():
     first = [task.score(p, c) for c in (p.demonstration, wrong)]
     assert task.sandbox_runs == 2 and [s.score for s in first] == [1.0, 0.0]
     again = [task.score(p, c) for c in (p.demonstration, wrong)]
-    assert again == first and task.sandbox_runs == 2          # served from the verdict cache
+    assert again == first and task.sandbox_runs == 2  # served from the verdict cache
     assert "AssertionError" in (first[1].error or "")
     for _ in range(2):
         assert task.score(p, loop).score == 0.0
-    assert task.sandbox_runs == 4                              # a timeout depends on load: never cached
+    assert task.sandbox_runs == 4  # a timeout depends on load: never cached
 
 
 def test_sandbox_helpers_are_reused_and_ended_with_the_task():

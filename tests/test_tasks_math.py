@@ -64,10 +64,21 @@ def test_near_misses_score_zero(math_task, gold, completion):
     assert s.score == 0.0 and s.error
 
 
-@pytest.mark.parametrize("completion", [
-    "", "   ", "the answer is 5", "\\boxed{", "\\boxed{}", "\\boxed{\\frac{", "\\boxed{)(*&^%$#@!}",
-    "\\boxed{" + "1+" * 5000 + "1}", "\\boxed{\\begin{matrix}}", "\x00\x01\\boxed{\ud800}",
-])
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "",
+        "   ",
+        "the answer is 5",
+        "\\boxed{",
+        "\\boxed{}",
+        "\\boxed{\\frac{",
+        "\\boxed{)(*&^%$#@!}",
+        "\\boxed{" + "1+" * 5000 + "1}",
+        "\\boxed{\\begin{matrix}}",
+        "\x00\x01\\boxed{\ud800}",
+    ],
+)
 def test_unparseable_output_scores_zero_without_raising(math_task, completion):
     s = math_task.score(problem("5"), completion)
     assert s.score == 0.0 and s.error
@@ -153,9 +164,21 @@ def test_answers_agree(math_task):
 def test_demonstrations_of_offline_source_score_one(math_task):
     from trainer.tasks import load_problems
 
-    spec = {"source": "reasoning_gym", "dataset": "basic_arithmetic", "size": 50, "seed": 2,
-            "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
-                       "operators": ["+", "-"], "allow_parentheses": False, "allow_negation": False}}
+    spec = {
+        "source": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "size": 50,
+        "seed": 2,
+        "params": {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 2,
+            "operators": ["+", "-"],
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
+    }
     probs = load_problems("math", spec, "eval")
     scores = math_task.score_batch(probs, [p.demonstration for p in probs])
     assert all(s.score == 1.0 for s in scores)
@@ -166,12 +189,16 @@ def test_score_cli_for_math(tmp_path, capsys):
     from trainer.tasks.cli import main
 
     f = tmp_path / "m.jsonl"
-    f.write_text('{"answer": "1/2", "completion": "\\\\boxed{0.5}"}\n\n'
-                 '{"problem_id": "p", "answer": 3, "completion": "no box"}\n')
+    f.write_text(
+        '{"answer": "1/2", "completion": "\\\\boxed{0.5}"}\n\n'
+        '{"problem_id": "p", "answer": 3, "completion": "no box"}\n'
+    )
     assert main(["--task", "math", str(f)]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert rows == [{"problem_id": None, "score": 1.0, "parsed": True, "error": None},
-                    {"problem_id": "p", "score": 0.0, "parsed": False, "error": "no \\boxed{} answer"}]
+    assert rows == [
+        {"problem_id": None, "score": 1.0, "parsed": True, "error": None},
+        {"problem_id": "p", "score": 0.0, "parsed": False, "error": "no \\boxed{} answer"},
+    ]
     f.write_text('{"completion": "\\\\boxed{1}"}\n')
     assert main(["--task", "math", str(f)]) == 2
     assert "m.jsonl:1: a math line needs the gold 'answer'" in capsys.readouterr().err

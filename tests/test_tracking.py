@@ -15,8 +15,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.resilience import (assert_same_logs, progress_step, published_logs, start_trainer, tiny_base_model,
-                              tiny_run_config, wait_for)
+from tests.resilience import (
+    assert_same_logs,
+    progress_step,
+    published_logs,
+    start_trainer,
+    tiny_base_model,
+    tiny_run_config,
+    wait_for,
+)
 from tests.test_distributed import free_port
 from trainer.rl import tracking, wandb_log
 from trainer.rl.run import run_training
@@ -47,10 +54,26 @@ def mlflow_server(tmp_path_factory):
     pytest.importorskip("mlflow.server")
     d = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1", "--backend-store-uri", f"sqlite:///{d / 'mlflow.db'}",
-                             "--artifacts-destination", str(d / "artifacts")],
-                            stdout=open(d / "server.log", "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{d / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(d / "artifacts"),
+        ],
+        stdout=open(d / "server.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: _answers(uri), proc, 120, "mlflow server", d / "server.log")
@@ -116,8 +139,9 @@ def mlflow_history(uri: str) -> dict[str, list[tuple[int, float]]]:
     runs = client.search_runs([client.get_experiment_by_name("test").experiment_id])
     assert len(runs) == 1, f"{len(runs)} tracker runs for one run id"
     assert runs[0].info.status == "FINISHED"
-    return {k: [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, k)]
-            for k in runs[0].data.metrics}
+    return {
+        k: [(m.step, m.value) for m in client.get_metric_history(runs[0].info.run_id, k)] for k in runs[0].data.metrics
+    }
 
 
 def tensorboard_history(store: Path) -> dict[str, list[tuple[int, float]]]:
@@ -147,8 +171,9 @@ def expected_history(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["wandb", "mlflow", "tensorboard"])
-def test_sigkilled_and_resumed_run_is_one_tracker_run_equal_to_the_parquet(tmp_path, base_model, reference,
-                                                                            monkeypatch, request, backend):
+def test_sigkilled_and_resumed_run_is_one_tracker_run_equal_to_the_parquet(
+    tmp_path, base_model, reference, monkeypatch, request, backend
+):
     pytest.importorskip(backend)
     settings = {"mlflow_tracking_uri": request.getfixturevalue("mlflow_server")} if backend == "mlflow" else {}
     monkeypatch.setenv("WANDB_MODE", "offline")  # compute nodes without internet; no server reachable here
@@ -158,9 +183,11 @@ def test_sigkilled_and_resumed_run_is_one_tracker_run_equal_to_the_parquet(tmp_p
     assert_same_logs(published_logs(run_dir), published_logs(reference))
     cfg = json.loads((run_dir / "config.json").read_text())
     store = tmp_path / "store"
-    got = {"wandb": lambda: wandb_history(store, tracking.wandb_run_id(RUN, cfg["config_hash"])),
-           "mlflow": lambda: mlflow_history(settings.get("mlflow_tracking_uri")),
-           "tensorboard": lambda: tensorboard_history(store)}[backend]()
+    got = {
+        "wandb": lambda: wandb_history(store, tracking.wandb_run_id(RUN, cfg["config_hash"])),
+        "mlflow": lambda: mlflow_history(settings.get("mlflow_tracking_uri")),
+        "tensorboard": lambda: tensorboard_history(store),
+    }[backend]()
     want = expected_history(run_dir)
     assert set(want) <= set(got), f"not mirrored: {sorted(set(want) - set(got))}"
     assert {k for k in got if not k.startswith("warnings/")} == set(want), "a key that is in no parquet"
@@ -200,6 +227,7 @@ class Raising:
     def __getattr__(self, name):
         def fail(*args, **kwargs):
             raise RuntimeError(f"tracker down ({name})")
+
         return fail
 
 

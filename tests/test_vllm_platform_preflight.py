@@ -23,6 +23,7 @@ RUN = "voting-math-qwen3-0.6b-shared-s0"
 def fake_vllm(monkeypatch, platform: str) -> None:
     """An importable `vllm` whose current platform is `platform` ("cpu" or "cuda"), as
     vllm.platforms.current_platform reports it (Platform.is_cpu(), device_type)."""
+
     class FakePlatform:
         device_type = platform
 
@@ -50,8 +51,11 @@ def vllm_run_config() -> dict:
 def test_cpu_vllm_is_refused_where_cuda_is_present(monkeypatch):
     fake_vllm(monkeypatch, "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with pytest.raises(ConfigError, match=rf"run {RUN}: training\.generation_backend: 'vllm': the vllm installed "
-                                          r"here is a CPU build .*install the `vllm` extra \(the CUDA build\)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"run {RUN}: training\.generation_backend: 'vllm': the vllm installed "
+        r"here is a CPU build .*install the `vllm` extra \(the CUDA build\)",
+    ):
         preflight.check_run(vllm_run_config())
 
 

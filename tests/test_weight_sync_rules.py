@@ -55,8 +55,13 @@ class LargestTensor(TorchDispatchMode):
 @pytest.fixture(scope="module")
 def real_vocab_policies():
     """A one-layer Qwen3 with the real vocabulary and a small hidden size, one LoRA policy per role."""
-    arch = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-            "num_key_value_heads": 1}
+    arch = {
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    }
     base = build_tiny_model(arch, 0, vocab_size=QWEN3_VOCAB, eos_token_id=1, pad_token_id=0)
     t = from_dict(TrainingSettings, {"lora": {"r": 4, "lora_alpha": 8}, "max_steps": 1}, "training")
     return PolicySet(base, {"generator": "generator", "aggregator": "aggregator"}, t)
@@ -66,7 +71,7 @@ def reference_logps(model, prompt: list[int], completion: list[int], temperature
     """The completion's log-probs from the whole row's full-vocabulary log-softmax (one row: no padding)."""
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float() / temperature
-        rows = torch.log_softmax(logits, dim=-1)[len(prompt) - 1:-1]
+        rows = torch.log_softmax(logits, dim=-1)[len(prompt) - 1 : -1]
     return rows.gather(1, torch.tensor(completion)[:, None])[:, 0]
 
 
@@ -85,9 +90,12 @@ def exact_turns(real_vocab_policies) -> list[tuple[str, list[int], list[int], to
 
 def turns(exact, shift: float = 0.0) -> list[SimpleNamespace]:
     """The turns, their engine log-probs the trainer's own plus `shift`."""
-    return [SimpleNamespace(role=role, completion=SimpleNamespace(prompt_ids=p, completion_ids=c,
-                                                                  logprobs=(lp + shift).tolist()))
-            for role, p, c, lp in exact]
+    return [
+        SimpleNamespace(
+            role=role, completion=SimpleNamespace(prompt_ids=p, completion_ids=c, logprobs=(lp + shift).tolist())
+        )
+        for role, p, c, lp in exact
+    ]
 
 
 def test_logp_mismatch_at_the_real_vocabulary_stays_under_a_memory_cap(real_vocab_policies, exact_turns):
@@ -104,10 +112,13 @@ def test_logp_mismatch_slices_rows_and_positions_under_a_budget(real_vocab_polic
     rows = turns(exact_turns)
     gen = [t for t in rows if t.role == "generator"]
     with LargestTensor() as seen:
-        got = weight_sync.completion_logps(real_vocab_policies.model("generator"),
-                                           [t.completion.prompt_ids for t in gen],
-                                           [t.completion.completion_ids for t in gen], 0.7,
-                                           positions=2 * (COMPLETION + 1))
+        got = weight_sync.completion_logps(
+            real_vocab_policies.model("generator"),
+            [t.completion.prompt_ids for t in gen],
+            [t.completion.completion_ids for t in gen],
+            0.7,
+            positions=2 * (COMPLETION + 1),
+        )
     assert seen.bytes <= 2 * (COMPLETION + 1) * QWEN3_VOCAB * 4
     for t, lp in zip(gen, got):
         assert torch.allclose(lp, torch.tensor(t.completion.logprobs), atol=1e-4)
@@ -134,8 +145,11 @@ def test_logp_mismatch_scores_this_ranks_share_and_reduces_the_sums(real_vocab_p
     whole = logp_mismatch(real_vocab_policies, rows, 0.7)
     scored = []
     real = weight_sync.completion_logps
-    monkeypatch.setattr(weight_sync, "completion_logps", lambda model, p, c, *a, **k: scored.append(len(p)) or
-                        real(model, p, c, *a, **k))
+    monkeypatch.setattr(
+        weight_sync,
+        "completion_logps",
+        lambda model, p, c, *a, **k: scored.append(len(p)) or real(model, p, c, *a, **k),
+    )
     second = HalfRanks(1)
     logp_mismatch(real_vocab_policies, rows, 0.7, second)
     assert sum(scored) == len(rows) // 2  # rank 1 scored its half alone
@@ -188,6 +202,7 @@ def test_sync_criterion_leaves_an_unresolvable_update_alone_and_stops_a_wrong_mo
 
 # -- the verifier end to end: a stand-in engine over the trainer's own tiny model -----------------------
 
+
 class StandInEngine:
     """What SyncVerifier reads of a VLLMEngine: its policies, and `generate` decoding greedily with each
     policy under the weights it serves (`served`: policy -> weights; absent: the trainer's current ones),
@@ -207,8 +222,12 @@ class StandInEngine:
                 for _ in range(sampling.max_tokens):
                     lp = torch.log_softmax(model(input_ids=torch.tensor([ids + tokens])).logits[0, -1].float(), -1)
                     top = torch.topk(lp, sampling.logprobs)
-                    logprobs.append({int(t): SimpleNamespace(logprob=float(v) + self.noise * (-1) ** len(tokens))
-                                     for v, t in zip(top.values, top.indices)})
+                    logprobs.append(
+                        {
+                            int(t): SimpleNamespace(logprob=float(v) + self.noise * (-1) ** len(tokens))
+                            for v, t in zip(top.values, top.indices)
+                        }
+                    )
                     tokens.append(int(top.indices[0]))
             outs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)]))
         return outs

@@ -27,25 +27,31 @@ def _workflow(name: str, roles: tuple[str, ...], **attrs) -> type[Workflow]:
     return type("Made", (Workflow,), {"name": name, "roles": roles, **attrs})
 
 
-@pytest.mark.parametrize("name, roles, attrs, message", [
-    ("my-flow", ("a",), {}, "must match"),
-    ("Flow", ("a",), {}, "must match"),
-    ("flow_a", (), {}, "roles must be distinct"),
-    ("flow_b", ("a", "a"), {}, "roles must be distinct"),
-    ("flow_c", ("a", "b"), {"parallel_role": "c"}, r"name \['generator', 'c'\], not among its roles"),
-    ("voting", ("a",), {"answer_roles": ("a",)}, "'voting' is registered twice"),
-])
+@pytest.mark.parametrize(
+    "name, roles, attrs, message",
+    [
+        ("my-flow", ("a",), {}, "must match"),
+        ("Flow", ("a",), {}, "must match"),
+        ("flow_a", (), {}, "roles must be distinct"),
+        ("flow_b", ("a", "a"), {}, "roles must be distinct"),
+        ("flow_c", ("a", "b"), {"parallel_role": "c"}, r"name \['generator', 'c'\], not among its roles"),
+        ("voting", ("a",), {"answer_roles": ("a",)}, "'voting' is registered twice"),
+    ],
+)
 def test_register_refuses_a_bad_workflow_class(name, roles, attrs, message):
     with pytest.raises(ValueError, match=message):
         register(_workflow(name, roles, **attrs))
     assert WORKFLOWS["voting"].__module__ == "trainer.workflows.voting"
 
 
-@pytest.mark.parametrize("params, message", [
-    ({}, r"unknown workflow 'nope': known are \['eval_opt', 'orch_workers', .*'voting'\].*workflows\.nope\.module"),
-    ({"module": "no_such_module_here"}, r"workflows\.nope\.module: cannot import 'no_such_module_here'"),
-    ({"module": "json"}, r"workflows\.nope\.module: module 'json' registers no workflow 'nope'"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({}, r"unknown workflow 'nope': known are \['eval_opt', 'orch_workers', .*'voting'\].*workflows\.nope\.module"),
+        ({"module": "no_such_module_here"}, r"workflows\.nope\.module: cannot import 'no_such_module_here'"),
+        ({"module": "json"}, r"workflows\.nope\.module: module 'json' registers no workflow 'nope'"),
+    ],
+)
 def test_an_unregistered_workflow_is_named_with_how_to_fix_it(config, params, message):
     with pytest.raises(ValueError, match=message):
         workflow_class("nope", params)
@@ -89,12 +95,15 @@ def test_config_json_records_the_roles_outside_the_hash(config):
     assert cfg["config_hash"] == "336d05c208eea463"
 
 
-@pytest.mark.parametrize("name, params, roles, parallel", [
-    ("single", {}, ["generator"], None),
-    ("eval_opt", {"max_iterations": 2}, ["generator", "evaluator"], None),
-    ("voting", {"n_votes": 5}, ["generator", "aggregator"], {"role": "generator", "agents": 5}),
-    ("orch_workers", {}, ["orchestrator", "worker", "synthesizer"], {"role": "worker", "agents": 3}),
-])
+@pytest.mark.parametrize(
+    "name, params, roles, parallel",
+    [
+        ("single", {}, ["generator"], None),
+        ("eval_opt", {"max_iterations": 2}, ["generator", "evaluator"], None),
+        ("voting", {"n_votes": 5}, ["generator", "aggregator"], {"role": "generator", "agents": 5}),
+        ("orch_workers", {}, ["orchestrator", "worker", "synthesizer"], {"role": "worker", "agents": 3}),
+    ],
+)
 def test_role_facts_and_what_analysis_reads_back(name, params, roles, parallel):
     facts = role_facts(name, params)
     assert facts == {"roles": roles, "parallel_role": parallel}
@@ -114,7 +123,8 @@ def test_tables_and_figures_place_workflows_they_do_not_list_last():
     from analysis.figure_data import make_grid
     from analysis.names import workflow_rank
 
-    runs = pd.DataFrame({"workflow": ["zeta", "voting", "alpha", "single"], "task": "math", "scale": "tiny",
-                         "policy": "shared"})
+    runs = pd.DataFrame(
+        {"workflow": ["zeta", "voting", "alpha", "single"], "task": "math", "scale": "tiny", "policy": "shared"}
+    )
     assert make_grid(runs, runs).workflows == ["single", "voting", "alpha", "zeta"]
     assert sorted(runs["workflow"], key=workflow_rank) == ["single", "voting", "alpha", "zeta"]

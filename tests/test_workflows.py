@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.tasks import Problem, get_task
 from trainer.sweep.cost import run_turns
+from trainer.tasks import Problem, get_task
 from trainer.workflows import Completion, make_workflow, parse_choice, parse_plan, parse_verdict, score_episodes
 
-PROBLEMS = [Problem(id=f"p{i}", question=f"Calculate {i} + 1.", answer=str(i + 1),
-                    demonstration=f"{i} + 1 = \\boxed{{{i + 1}}}", source="test") for i in range(3)]
+PROBLEMS = [
+    Problem(
+        id=f"p{i}",
+        question=f"Calculate {i} + 1.",
+        answer=str(i + 1),
+        demonstration=f"{i} + 1 = \\boxed{{{i + 1}}}",
+        source="test",
+    )
+    for i in range(3)
+]
 
 
 class Scripted:
@@ -48,13 +56,22 @@ def test_voting_picks_the_chosen_solution_and_batches_one_call_per_stage():
 def test_eval_opt_stops_on_correct_and_revises_on_incorrect():
     task = get_task("math", workers=1)
     wf = make_workflow("eval_opt", {"max_iterations": 3}, task)
-    fake = Scripted(generator=answer, reviser=answer,
-                    evaluator=lambda p: "\\boxed{Correct}" if "Calculate 0" in p else "wrong \\boxed{Incorrect}")
+    fake = Scripted(
+        generator=answer,
+        reviser=answer,
+        evaluator=lambda p: "\\boxed{Correct}" if "Calculate 0" in p else "wrong \\boxed{Incorrect}",
+    )
     eps = wf.run(PROBLEMS, fake)
     assert [len(ep.turns) for ep in eps] == [2, 6, 6]  # problem 0 accepted in round 1
     assert max(len(ep.turns) for ep in eps) == wf.max_turns(wf.params)
-    assert fake.calls == [("generator", 3), ("evaluator", 3), ("generator", 2), ("evaluator", 2),
-                          ("generator", 2), ("evaluator", 2)]
+    assert fake.calls == [
+        ("generator", 3),
+        ("evaluator", 3),
+        ("generator", 2),
+        ("evaluator", 2),
+        ("generator", 2),
+        ("evaluator", 2),
+    ]
     reviser_prompts = [p for r, p in fake.seen if r == "generator" and "Previous solution" in p]
     assert len(reviser_prompts) == 4 and all("Feedback: wrong" in p for p in reviser_prompts)
     score_episodes(wf, eps)
@@ -77,8 +94,16 @@ def test_orch_workers_plan_fallbacks_and_worker_batching():
     assert all(ep.correct for ep in eps)
 
 
-@pytest.mark.parametrize("text, expected", [("\\boxed{2}", (1, True)), ("pick 3", (2, False)), ("9 then 2", (1, False)),
-                                            ("none", (0, False)), ("\\boxed{5}", (0, False))])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("\\boxed{2}", (1, True)),
+        ("pick 3", (2, False)),
+        ("9 then 2", (1, False)),
+        ("none", (0, False)),
+        ("\\boxed{5}", (0, False)),
+    ],
+)
 def test_parse_choice_fallbacks(text, expected):
     assert parse_choice(text, 3) == expected
 
@@ -90,14 +115,27 @@ def test_parse_verdict_and_plan():
     assert parse_plan("first\nsecond\nthird\nfourth", 3) == (["first", "second", "third"], "lines")
 
 
-@pytest.mark.parametrize("workflow, params, turns", [
-    ("single", {}, 1), ("voting", {"n_votes": 3}, 4), ("eval_opt", {"max_iterations": 2}, 4),
-    ("orch_workers", {"max_subtasks": 3}, 5),
-])
+@pytest.mark.parametrize(
+    "workflow, params, turns",
+    [
+        ("single", {}, 1),
+        ("voting", {"n_votes": 3}, 4),
+        ("eval_opt", {"max_iterations": 2}, 4),
+        ("orch_workers", {"max_subtasks": 3}, 5),
+    ],
+)
 def test_run_turns_bounds_a_runs_model_calls(workflow, params, turns):
-    cfg = {"workflow": workflow, "workflow_params": params,
-           "training": {"max_steps": 10, "prompts_per_step": 2, "num_generations": 4, "eval_every": 5,
-                        "eval_problems": 50},
-           "task_params": {"eval": [{"name": "a", "size": 100}, {"name": "b", "size": 20}, {"name": "real"}]}}
+    cfg = {
+        "workflow": workflow,
+        "workflow_params": params,
+        "training": {
+            "max_steps": 10,
+            "prompts_per_step": 2,
+            "num_generations": 4,
+            "eval_every": 5,
+            "eval_problems": 50,
+        },
+        "task_params": {"eval": [{"name": "a", "size": 100}, {"name": "b", "size": 20}, {"name": "real"}]},
+    }
     # 80 training episodes; evals at steps 0, 5 and 10, each on 50 + 20 + 50 problems
     assert run_turns(cfg) == turns * (80 + 3 * 120)

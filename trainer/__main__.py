@@ -1,15 +1,15 @@
 """Command line of the trainer: what the Snakemake rules call.
 
-    python -m trainer base-model --spec JSON --out results/models/tiny/model.json
-    python -m trainer launch --run-config JSON --base-model MODEL_JSON --run-dir results/runs/RUN
-    python -m trainer prefetch --model Qwen/Qwen3-0.6B --out results/prefetch/models/qwen3-0.6b.json
-    python -m trainer pin [--config config.yaml]   # the hub commits written into config.yaml
-    python -m trainer train --run-dir results/runs/RUN
-    python -m trainer runs [--config config.yaml] [--matrix paper]
-    python -m trainer status [--config-file config.yaml] [--config matrix=paper] [--json]
-    python -m trainer score --task math|code FILE.jsonl
-    python -m trainer export --run-dir results/runs/RUN --which peak|last --out DIR
-    python -m trainer install-profile      # makes `snakemake --profile slurm` work from the repo root
+python -m trainer base-model --spec JSON --out results/models/tiny/model.json
+python -m trainer launch --run-config JSON --base-model MODEL_JSON --run-dir results/runs/RUN
+python -m trainer prefetch --model Qwen/Qwen3-0.6B --out results/prefetch/models/qwen3-0.6b.json
+python -m trainer pin [--config config.yaml]   # the hub commits written into config.yaml
+python -m trainer train --run-dir results/runs/RUN
+python -m trainer runs [--config config.yaml] [--matrix paper]
+python -m trainer status [--config-file config.yaml] [--config matrix=paper] [--json]
+python -m trainer score --task math|code FILE.jsonl
+python -m trainer export --run-dir results/runs/RUN --which peak|last --out DIR
+python -m trainer install-profile      # makes `snakemake --profile slurm` work from the repo root
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per entry of COMMANDS (and `score`)."""
-    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("base-model", help="resolve or build a scale's base model")
     p.add_argument("--spec", type=_json_arg, required=True, help="the scale's spec (JSON or @file)")
@@ -55,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_pin_parser(sub)
     p = sub.add_parser("train", help="train a run in this process (its config.json must exist)")
     p.add_argument("--run-dir", required=True)
-    p = sub.add_parser("export", help="write a finished run's peak or last policies (PEFT adapters or full models) "
-                                      "with a model card")
+    p = sub.add_parser(
+        "export", help="write a finished run's peak or last policies (PEFT adapters or full models) with a model card"
+    )
     p.add_argument("--run-dir", required=True)
     p.add_argument("--which", required=True, help="peak (done.json's peak model) or last (the last step's)")
     p.add_argument("--out", required=True, help="a new folder: one subfolder per policy and README.md")
@@ -67,8 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status_parser(sub)
     _add_plan_parser(sub)
     sub.add_parser("score", help="re-score saved completions (see trainer/tasks/cli.py)")
-    p = sub.add_parser("clean", help="remove superseded state of unfinished runs (half-written, damaged or "
-                                      "surplus checkpoints, dead temporaries); never a finished run")
+    p = sub.add_parser(
+        "clean",
+        help="remove superseded state of unfinished runs (half-written, damaged or "
+        "surplus checkpoints, dead temporaries); never a finished run",
+    )
     p.add_argument("--results", default="results", help="the results directory (default: results)")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     p = sub.add_parser("install-profile", help="link profiles/NAME where `snakemake --profile NAME` looks")
@@ -83,24 +88,40 @@ def add_launch_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-config", type=_json_arg, required=True, help="the resolved run config (JSON or @file)")
     p.add_argument("--base-model", required=True, help="the scale's model.json")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--restart", action="store_true",
-                   help="start afresh where the run's checkpoints or live job are of another config (state of the "
-                        "current config is resumed, never discarded)")
-    p.add_argument("--prefetched", nargs="*", default=[],
-                   help="the prefetch rules' JSON files of the run's model and datasets (pinned into its config)")
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="start afresh where the run's checkpoints or live job are of another config (state of the "
+        "current config is resumed, never discarded)",
+    )
+    p.add_argument(
+        "--prefetched",
+        nargs="*",
+        default=[],
+        help="the prefetch rules' JSON files of the run's model and datasets (pinned into its config)",
+    )
 
 
 def add_prefetch_parser(sub: argparse._SubParsersAction) -> None:
     """The `prefetch` subcommand's arguments."""
-    p = sub.add_parser("prefetch", help="fetch a model or dataset into the Hugging Face cache (login node), write "
-                                        "its commit or content hash")
+    p = sub.add_parser(
+        "prefetch",
+        help="fetch a model or dataset into the Hugging Face cache (login node), write its commit or content hash",
+    )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a hub id or a local path")
     what.add_argument("--dataset", help="a hub dataset id or a local path")
-    p.add_argument("--revision", default=None, help="the commit config.yaml pins: fails when the hub resolves "
-                                                    "another (default: main, unpinned)")
-    p.add_argument("--config-name", action="append", default=None,
-                   help="a dataset configuration the runs read (repeat for each; default: the dataset's default)")
+    p.add_argument(
+        "--revision",
+        default=None,
+        help="the commit config.yaml pins: fails when the hub resolves another (default: main, unpinned)",
+    )
+    p.add_argument(
+        "--config-name",
+        action="append",
+        default=None,
+        help="a dataset configuration the runs read (repeat for each; default: the dataset's default)",
+    )
     p.add_argument("--out", required=True, help="the JSON to write")
 
 
@@ -117,15 +138,18 @@ def prefetch_command(args: argparse.Namespace) -> int:
         return 1
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(info, args.out)
-    print(f"{kind} {name}: " + (f"revision {info['revision']}" if "revision" in info else
-                                 f"content hash {info['content_hash']}"))
+    print(
+        f"{kind} {name}: "
+        + (f"revision {info['revision']}" if "revision" in info else f"content hash {info['content_hash']}")
+    )
     return 0
 
 
 def add_pin_parser(sub: argparse._SubParsersAction) -> None:
     """The `pin` subcommand's arguments."""
-    p = sub.add_parser("pin", help="write the hub commit of every unpinned model and dataset into the config "
-                                   "(trainer/sweep/pins.py)")
+    p = sub.add_parser(
+        "pin", help="write the hub commit of every unpinned model and dataset into the config (trainer/sweep/pins.py)"
+    )
     p.add_argument("--config", default="config.yaml", help="the config file to edit in place")
     p.add_argument("--prefetched", default="results/prefetch", help="the prefetch rules' JSONs (else the hub's commit)")
 
@@ -148,12 +172,25 @@ def pin_command(args: argparse.Namespace) -> int:
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
     """The config options of `status` and `plan`: config files and overrides as Snakemake takes them."""
-    p.add_argument("--config-file", action="append", default=None,
-                   help="config files merged in order like Snakemake's --configfile (default: config.yaml)")
-    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="overrides like Snakemake's --config, e.g. matrix=paper 'seeds=[0,1]'")
-    p.add_argument("--config-json", type=_json_arg, default=None,
-                   help="an already merged config (JSON or @file; what `snakemake status` passes)")
+    p.add_argument(
+        "--config-file",
+        action="append",
+        default=None,
+        help="config files merged in order like Snakemake's --configfile (default: config.yaml)",
+    )
+    p.add_argument(
+        "--config",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides like Snakemake's --config, e.g. matrix=paper 'seeds=[0,1]'",
+    )
+    p.add_argument(
+        "--config-json",
+        type=_json_arg,
+        default=None,
+        help="an already merged config (JSON or @file; what `snakemake status` passes)",
+    )
     p.add_argument("--schema", default=None, help="default: rules/config.schema.yaml beside the first config file")
     p.add_argument("--matrix", default=None, help="the matrix to list (default: the config's `matrix`)")
     p.add_argument("--results", default="results", help="the results directory (default: results)")
@@ -161,25 +198,38 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_status_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="where every run of the matrix stands (not started, queued, running, failed, "
-                                      "interrupted, done)")
+    p = sub.add_parser(
+        "status", help="where every run of the matrix stands (not started, queued, running, failed, interrupted, done)"
+    )
     _add_config_options(p)
 
 
 def _add_plan_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="the cost plan of the matrix: step times, GPU-hours, which runs fit their time "
-                                    "limit (results/plan.csv)")
+    p = sub.add_parser(
+        "plan",
+        help="the cost plan of the matrix: step times, GPU-hours, which runs fit their time limit (results/plan.csv)",
+    )
     _add_config_options(p)
-    p.add_argument("--gpu", default="H100", help="the GPU that GPU runs are planned on (matched in the measured "
-                                                 "files' device names; default H100)")
-    p.add_argument("--parallel", type=int, default=None,
-                   help="runs at once for the wall time (default: all on SLURM, else cores / a run's cpus)")
+    p.add_argument(
+        "--gpu",
+        default="H100",
+        help="the GPU that GPU runs are planned on (matched in the measured files' device names; default H100)",
+    )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help="runs at once for the wall time (default: all on SLURM, else cores / a run's cpus)",
+    )
     p.add_argument("--out", default=None, help="the CSV to write (default: RESULTS/plan.csv)")
     p.add_argument("--html", default=None, help="also write the plan as HTML here (the report's table)")
     p.add_argument("--measured", default=None, help="the folder of measured rates (default: benchmarks/measured)")
-    p.add_argument("--measure", action="store_true",
-                   help="first time two steps of one run per workflow and task on this machine and record them "
-                        "in benchmarks/measured/")
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="first time two steps of one run per workflow and task on this machine and record them "
+        "in benchmarks/measured/",
+    )
 
 
 def base_model_command(args: argparse.Namespace) -> int:
@@ -246,7 +296,9 @@ def merge_config(base: dict, update: dict) -> dict:
     """`update` merged into `base` recursively (dicts key by key, anything else replaced), as Snakemake does."""
     out = dict(base)
     for key, value in update.items():
-        out[key] = merge_config(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            merge_config(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 

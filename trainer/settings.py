@@ -43,7 +43,9 @@ class EarlyWarningSettings:
     window: int = setting(3, "Steps in a signal's trailing mean and in the gradient norm's running baseline.")
     baseline_steps: int = setting(3, "First steps whose mean entropy is a role's entropy baseline.")
     entropy_ratio: float = setting(0.3, "Entropy collapse: trailing entropy at or below this fraction of the baseline.")
-    zero_var_group_share: float = setting(0.9, "Advantage collapse: this share of GRPO groups with zero reward variance.")
+    zero_var_group_share: float = setting(
+        0.9, "Advantage collapse: this share of GRPO groups with zero reward variance."
+    )
     grad_spike_ratio: float = setting(5.0, "Gradient-norm spike: a role's norm this many times its running median.")
     capture_share: float = setting(0.6, "Capture: a role's share of a shared policy's squared gradient.")
     amplification_index: float = setting(2.0, "Amplification: sum_k ||g_k|| / ||sum_k g_k|| of parallel agents.")
@@ -68,26 +70,39 @@ class VllmSettings:
     gpu_memory_utilization: float = setting(0.3, "Share of the GPU's memory the engine takes (weights + KV cache).")
     max_model_len: int | None = setting(None, "Longest sequence served (None: the run's prompt + completion lengths).")
     enforce_eager: bool = setting(False, "No CUDA graphs (faster start-up, slower decoding).")
-    enable_sleep_mode: bool = setting(False, "Sleep the engine through each update (level 1: weights to CPU memory, "
-                                             "KV cache dropped; woken before the sync; CUDA only).")
-    tensor_parallel_size: int = setting(1, "GPUs one engine is sharded over; preflight accepts 1 only (one engine "
-                                           "per rank; tensor-parallel subgroups do not exist yet).")
+    enable_sleep_mode: bool = setting(
+        False,
+        "Sleep the engine through each update (level 1: weights to CPU memory, "
+        "KV cache dropped; woken before the sync; CUDA only).",
+    )
+    tensor_parallel_size: int = setting(
+        1,
+        "GPUs one engine is sharded over; preflight accepts 1 only (one engine "
+        "per rank; tensor-parallel subgroups do not exist yet).",
+    )
     max_lora_rank: int | None = setting(None, "Highest adapter rank served (None: lora.r rounded up to a vLLM rank).")
 
 
-def check_importance_sampling(t: "TrainingSettings") -> None:
+def check_importance_sampling(t: TrainingSettings) -> None:
     """The importance ratio's settings; top_p 1 with vllm: under top_p < 1 the engine's log-probs are
     renormalised over the nucleus (vLLM's processed_logprobs), the trainer's are not."""
-    mode, lo, hi = (t.vllm_importance_sampling_mode, t.vllm_importance_sampling_clip_min,
-                    t.vllm_importance_sampling_clip_max)
+    mode, lo, hi = (
+        t.vllm_importance_sampling_mode,
+        t.vllm_importance_sampling_clip_min,
+        t.vllm_importance_sampling_clip_max,
+    )
     if mode not in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):  # grpo.IS_MODES
-        raise SettingsError(f"training.vllm_importance_sampling_mode: {mode!r} is not token_truncate, token_mask, "
-                            "sequence_truncate or sequence_mask")
+        raise SettingsError(
+            f"training.vllm_importance_sampling_mode: {mode!r} is not token_truncate, token_mask, "
+            "sequence_truncate or sequence_mask"
+        )
     if (lo is None and hi is None and mode.endswith("_truncate")) or (None not in (lo, hi) and lo > hi):
         raise SettingsError(f"training.vllm_importance_sampling_clip_min/_clip_max: [{lo}, {hi}] is not a range")
     if t.generation_backend == "vllm" and t.top_p != 1:
-        raise SettingsError(f"training.top_p: {t.top_p} with generation_backend vllm: logp_mismatch and the importance "
-                            "ratio compare engine and trainer log-probs, defined for top_p 1 only; set top_p: 1.0")
+        raise SettingsError(
+            f"training.top_p: {t.top_p} with generation_backend vllm: logp_mismatch and the importance "
+            "ratio compare engine and trainer log-probs, defined for top_p 1 only; set top_p: 1.0"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,22 +136,29 @@ class TrainingSettings:
     advantage_grouping: str = setting("role_instance", "GRPO groups by prompt and role instance, or by episode.")
     normalize_advantages_per_role: bool = setting(False, "Divide each role's advantages by their std over the step.")
     micro_batch_tokens: int = setting(16384, "Token budget of one training micro-batch.")
-    agent_gradients: bool = setting(False, "Record each parallel agent's gradient (voter k, worker k): micro-batches "
-                                           "split per agent, which changes float summation order; off: per role.")
+    agent_gradients: bool = setting(
+        False,
+        "Record each parallel agent's gradient (voter k, worker k): micro-batches "
+        "split per agent, which changes float summation order; off: per role.",
+    )
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward (real scales).")
     generation_backend: str = setting("hf", "Rollout backend: hf (Hugging Face generate) or vllm.")
     vllm: VllmSettings = setting(VllmSettings(), "The vllm backend's engine settings.")
     vllm_importance_sampling_correction: bool = setting(  # TRL's default is on; off keeps earlier vllm runs as run
-        False, "vllm backend: weight each token's loss by TRL's truncated/masked importance ratio between the "
-               "trainer's and the engine's log-probs (the hf backend samples on-policy: no-op).")
+        False,
+        "vllm backend: weight each token's loss by TRL's truncated/masked importance ratio between the "
+        "trainer's and the engine's log-probs (the hf backend samples on-policy: no-op).",
+    )
     vllm_importance_sampling_mode: str = setting(
-        "sequence_mask", "token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's names and default).")
+        "sequence_mask", "token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's names and default)."
+    )
     vllm_importance_sampling_clip_max: float | None = setting(3.0, "Upper bound of the importance ratio (TRL's C_max).")
     vllm_importance_sampling_clip_min: float | None = setting(None, "Lower bound of the importance ratio (C_min).")
     on_warning: str = setting("log", "What an early warning does: log, or stop (checkpoint, end done-early).")
     early_warning: EarlyWarningSettings = setting(EarlyWarningSettings(), "The early-warning detectors' thresholds.")
-    generation_memory_gb: float | None = setting(None, "KV-cache budget (GiB) of one HF generate chunk (None: half "
-                                                       "the GPU's free memory, 2 GiB on CPU).")
+    generation_memory_gb: float | None = setting(
+        None, "KV-cache budget (GiB) of one HF generate chunk (None: half the GPU's free memory, 2 GiB on CPU)."
+    )
     eval_every: int = setting(10, "Steps between evals (and one at step 0 and at the last).")
     save_every: int = setting(10, "Steps between checkpoints.")
     keep_last: int = setting(2, "Checkpoints kept.")
@@ -148,12 +170,15 @@ class TrainingSettings:
     enable_thinking: bool = setting(False, "Qwen3 thinking mode in the chat template.")
     max_skipped: int = setting(10, "Steps with a non-finite loss or gradient tolerated before the run fails.")
     policy_groups: dict[str, list[str]] | None = setting(
-        None, "A custom routing (policy name -> its roles); None: the run's policy mode.")
+        None, "A custom routing (policy name -> its roles); None: the run's policy mode."
+    )
 
     def __post_init__(self) -> None:
         if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
-            raise SettingsError(f"training.epsilon_high ({self.epsilon_high}) is below training.epsilon "
-                                f"({self.epsilon}): raise it, or set it to null to use epsilon")
+            raise SettingsError(
+                f"training.epsilon_high ({self.epsilon_high}) is below training.epsilon "
+                f"({self.epsilon}): raise it, or set it to null to use epsilon"
+            )
         if self.generation_backend not in ("hf", "vllm"):
             raise SettingsError(f"training.generation_backend: {self.generation_backend!r} is not hf or vllm")
         check_eval_problems(self.eval_problems, "training.eval_problems")
@@ -163,9 +188,11 @@ class TrainingSettings:
                 raise SettingsError(f"training.{key}: {getattr(self, key)} is below 1")
         if self.eval_samples > 1 and self.eval_temperature == 0:
             # greedy decoding gives the same episode k times: pass@k would be accuracy, the spread zero
-            raise SettingsError(f"training.eval_samples: {self.eval_samples} samples per eval problem need sampling, "
-                                f"but training.eval_temperature is 0 (greedy: every sample the same); set "
-                                f"eval_temperature above 0, or eval_samples: 1")
+            raise SettingsError(
+                f"training.eval_samples: {self.eval_samples} samples per eval problem need sampling, "
+                f"but training.eval_temperature is 0 (greedy: every sample the same); set "
+                f"eval_temperature above 0, or eval_samples: 1"
+            )
 
     @property
     def clip_high(self) -> float:
@@ -203,15 +230,19 @@ class TinySettings:
     warm_start_steps: int = setting(1100, "Supervised warm-start steps (at most, with warm_start_decay_below).")
     warm_start_batch_size: int = setting(32, "Warm-start batch size.")
     warm_start_learning_rate: float = setting(6.0e-3, "Warm-start learning rate.")
-    warm_start_decay_below: float | None = setting(0.12, "Start the final decay once the completion loss (mean of "
-                                                        "20 steps) is below this; null: over the last quarter.")
+    warm_start_decay_below: float | None = setting(
+        0.12,
+        "Start the final decay once the completion loss (mean of 20 steps) is below this; null: over the last quarter.",
+    )
     warm_start_decay_steps: int = setting(150, "Steps of the final decay (with warm_start_decay_below).")
     warm_start_warmup_steps: int = setting(50, "Warm-start steps of linear learning-rate warm-up.")
-    warm_start_prompt_loss: float = setting(0.3, "Weight of the prompt tokens' loss beside the completion's (0: "
-                                                 "completion tokens only).")
+    warm_start_prompt_loss: float = setting(
+        0.3, "Weight of the prompt tokens' loss beside the completion's (0: completion tokens only)."
+    )
     warm_start_micro_batches: int = setting(4, "Length-sorted micro-batches per warm-start step.")
-    flawed_demonstrations: float = setting(0.0, "Share of the warm start's solution demonstrations with the "
-                                                "task's typical mistake.")
+    flawed_demonstrations: float = setting(
+        0.0, "Share of the warm start's solution demonstrations with the task's typical mistake."
+    )
     seed: int = setting(0, "Seed of the build.")
 
 
@@ -250,8 +281,11 @@ class LauncherSettings:
     max_num_timeout: int = setting(3, "Requeues on timeout or preemption before a run fails.")
     signal_delay_s: int = setting(120, "Seconds before the time limit at which SLURM signals the job.")
     poll_interval_s: float = setting(0.5, "Seconds between looks at the job (slurm profile: 30).")
-    array_window_s: float | None = setting(None, "slurm: collect the sweep's submissions for this many seconds "
-                                                 "into job arrays (one sbatch call each); None: one job per run.")
+    array_window_s: float | None = setting(
+        None,
+        "slurm: collect the sweep's submissions for this many seconds "
+        "into job arrays (one sbatch call each); None: one job per run.",
+    )
     allow_unisolated_sandbox: bool = setting(False, "A RISK: run code programs unisolated where no isolation works.")
 
 
@@ -270,10 +304,25 @@ class WorkflowSettings:
 COMMON_SOURCE_FIELDS = ("name", "source", "from_train_holdout", "eval_problems")
 # Per source type: the fields it needs and the fields it takes (besides COMMON_SOURCE_FIELDS).
 SOURCE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "hf": (("path",), ("path", "config_name", "split", "question_field", "answer_field", "id_field",
-                       "holdout_fraction", "holdout_seed", "revision", "content_hash")),
-    "local": (("path",), ("path", "split", "question_field", "answer_field", "id_field", "holdout_fraction",
-                          "holdout_seed")),
+    "hf": (
+        ("path",),
+        (
+            "path",
+            "config_name",
+            "split",
+            "question_field",
+            "answer_field",
+            "id_field",
+            "holdout_fraction",
+            "holdout_seed",
+            "revision",
+            "content_hash",
+        ),
+    ),
+    "local": (
+        ("path",),
+        ("path", "split", "question_field", "answer_field", "id_field", "holdout_fraction", "holdout_seed"),
+    ),
     "reasoning_gym": (("dataset", "size"), ("dataset", "size", "seed", "params", "demonstration")),
     "synthetic_functions": (("size",), ("size", "seed")),
     "human_eval": ((), ()),
@@ -316,8 +365,10 @@ class SourceSettings:
         missing = [k for k in needs if getattr(self, k) is None]
         foreign = sorted(given - set(takes) - set(COMMON_SOURCE_FIELDS))
         if missing or foreign:
-            raise SettingsError(f"{path}: a {self.source} source needs {list(needs)} and takes only "
-                                f"{list(takes)}; missing {missing}, not its fields {foreign}")
+            raise SettingsError(
+                f"{path}: a {self.source} source needs {list(needs)} and takes only "
+                f"{list(takes)}; missing {missing}, not its fields {foreign}"
+            )
 
 
 @dataclass(frozen=True)
@@ -358,8 +409,9 @@ class RunSettings:
     scale: str = setting("tiny", "The scale (a key of config.yaml's scales).")
     policy: str = setting("shared", "shared: all roles update one policy; isolated: one per role.")
     seed: int = setting(0, "The run's seed (data order, sampling, initialisation).")
-    variant: str | None = setting(None, "The run's variant (a named config delta of its matrix), absent for a "
-                                        "plain run.")
+    variant: str | None = setting(
+        None, "The run's variant (a named config delta of its matrix), absent for a plain run."
+    )
     model: ModelSettings = setting(ModelSettings(), "The base model of the scale.")
     workflow_params: WorkflowSettings = setting(WorkflowSettings(), "The workflow's knobs.")
     task_params: TaskSettings = setting(TaskSettings(), "The task's data sources and limits.")
@@ -369,27 +421,39 @@ class RunSettings:
     tracking: TrackingSettings = setting(TrackingSettings(), "The optional experiment tracker (unhashed).")
     base_model: dict[str, Any] | None = setting(None, "model.json of the base model build (path, facts).")
     config_hash: str | None = setting(None, "Content hash of the hashed view (trainer.sweep.config.config_hash).")
-    peak_smoothing_window: int = setting(SMOOTHING_WINDOW, "Evals in the smoothing of the peak the trainer keeps: "
-                                         "config.yaml's analysis.smoothing_window, recorded where not the default "
-                                         "(unhashed).")
+    peak_smoothing_window: int = setting(
+        SMOOTHING_WINDOW,
+        "Evals in the smoothing of the peak the trainer keeps: "
+        "config.yaml's analysis.smoothing_window, recorded where not the default "
+        "(unhashed).",
+    )
     roles: list[str] = setting([], "The workflow's roles, as launch records them for the analysis (unhashed).")
-    parallel_role: dict[str, Any] | None = setting(None, "The role with parallel agents on one prompt and their "
-                                                         "number ({role, agents}), or None (unhashed).")
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False,
-                                metadata={"help": "The dict these settings were read from (config.json)."})
+    parallel_role: dict[str, Any] | None = setting(
+        None, "The role with parallel agents on one prompt and their number ({role, agents}), or None (unhashed)."
+    )
+    raw: dict[str, Any] = field(
+        default_factory=dict,
+        repr=False,
+        compare=False,
+        metadata={"help": "The dict these settings were read from (config.json)."},
+    )
 
     def __post_init__(self) -> None:
         if self.policy not in POLICY_MODES:
             raise SettingsError(f"policy: {self.policy!r} is not one of {', '.join(POLICY_MODES)}")
         if self.model.name == "tiny" and not self.model.tiny:
-            raise SettingsError(f"run {self.run}: model `tiny` needs its architecture: set scales.{self.scale}.tiny "
-                                f"(see config.yaml's tiny scale)")
+            raise SettingsError(
+                f"run {self.run}: model `tiny` needs its architecture: set scales.{self.scale}.tiny "
+                f"(see config.yaml's tiny scale)"
+            )
         if self.training.max_completion_length is None:
-            raise SettingsError(f"run {self.run}: training.max_completion_length is unset; resolve the run config "
-                                f"first (trainer.sweep.config.resolve_run_config sets the task's)")
+            raise SettingsError(
+                f"run {self.run}: training.max_completion_length is unset; resolve the run config "
+                f"first (trainer.sweep.config.resolve_run_config sets the task's)"
+            )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunSettings":
+    def from_dict(cls, data: dict[str, Any]) -> RunSettings:
         """Settings of a resolved run config (config.json, or resolve_run_config's output)."""
         if "raw" in data:
             raise SettingsError("raw: unknown key")

@@ -47,8 +47,9 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     return tok
 
 
-def build_tiny_model(arch: dict[str, Any], seed: int, *, vocab_size: int, eos_token_id: int | None,
-                     pad_token_id: int | None):
+def build_tiny_model(
+    arch: dict[str, Any], seed: int, *, vocab_size: int, eos_token_id: int | None, pad_token_id: int | None
+):
     """A randomly initialised Qwen3 causal LM (float32, tied embeddings) sized by `arch`
     (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -56,11 +57,19 @@ def build_tiny_model(arch: dict[str, Any], seed: int, *, vocab_size: int, eos_to
     torch.manual_seed(seed)
     heads = arch["num_attention_heads"]
     config = Qwen3Config(
-        vocab_size=vocab_size, hidden_size=arch["hidden_size"], intermediate_size=arch["intermediate_size"],
-        num_hidden_layers=arch["num_hidden_layers"], num_attention_heads=heads,
-        num_key_value_heads=arch["num_key_value_heads"], head_dim=arch["hidden_size"] // heads,
-        max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=10000.0,
-        eos_token_id=eos_token_id, pad_token_id=pad_token_id, bos_token_id=None,
+        vocab_size=vocab_size,
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=arch["num_key_value_heads"],
+        head_dim=arch["hidden_size"] // heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        rope_theta=10000.0,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        bos_token_id=None,
     )
     return Qwen3ForCausalLM(config).float()
 
@@ -117,8 +126,10 @@ def check_completion_lengths(spec: dict[str, Any], pairs: dict[str, list[tuple[s
         n = max(lengths)
         longest = completions[lengths.index(n)]
         if n > limit:
-            raise ValueError(f"tasks.{task}.max_completion_length ({limit}) is shorter than the warm start's "
-                             f"longest {task} demonstration ({n} tokens with eos, e.g. {longest!r}): raise it")
+            raise ValueError(
+                f"tasks.{task}.max_completion_length ({limit}) is shorter than the warm start's "
+                f"longest {task} demonstration ({n} tokens with eos, e.g. {longest!r}): raise it"
+            )
 
 
 DECAY_SHARE = 0.25  # of the warm start, at its end, when no loss starts the decay earlier
@@ -144,8 +155,9 @@ def tokenized(tokenizer: Any, pairs: list[tuple[str, str]]) -> list[tuple[list[i
     return [(p, c + [tokenizer.eos_token_id]) for p, c in zip(prompts["input_ids"], completions["input_ids"])]
 
 
-def backward_part(model: Any, part: list[tuple[list[int], list[int]]], pad_id: int, prompt_weight: float,
-                  n_tokens: int) -> float:
+def backward_part(
+    model: Any, part: list[tuple[list[int], list[int]]], pad_id: int, prompt_weight: float, n_tokens: int
+) -> float:
     """Back-propagate one micro-batch's next-token loss: completion tokens weigh 1, prompt tokens
     `prompt_weight`, summed over the part and divided by the whole batch's `n_tokens` completion
     tokens (the gradient of the batch's mean). Returns the part's completion loss, so divided."""
@@ -155,9 +167,9 @@ def backward_part(model: Any, part: list[tuple[list[int], list[int]]], pad_id: i
     mask = torch.zeros((len(part), width), dtype=torch.long)
     for i, (p, c) in enumerate(part):
         seq = p + c
-        ids[i, :len(seq)] = torch.tensor(seq)
-        completion[i, len(p):len(seq)] = 1.0
-        mask[i, :len(seq)] = 1
+        ids[i, : len(seq)] = torch.tensor(seq)
+        completion[i, len(p) : len(seq)] = 1.0
+        mask[i, : len(seq)] = 1
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
     is_completion = completion[:, 1:]
@@ -172,8 +184,9 @@ def loss_is_below(losses: list[float], threshold: float | None) -> bool:
     return bool(threshold) and len(recent) == LOSS_WINDOW and sum(recent) / LOSS_WINDOW < threshold
 
 
-def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: dict[str, Any],
-               seed: int, log=print, on_step=None) -> dict[str, float]:
+def warm_start(
+    model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: dict[str, Any], seed: int, log=print, on_step=None
+) -> dict[str, float]:
     """Supervised fine-tuning on `pairs`: the completion tokens' mean next-token loss, plus the prompt
     tokens' at weight `warm_start_prompt_loss` (they hold worked solutions and code too: on the hardest
     seed measured, 550 steps reached 0.08 with them, 0.25 without; README). The logged and returned
@@ -184,8 +197,9 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
     rng = random.Random(seed)
     examples = tokenized(tokenizer, pairs)
     settings = from_dict(TinySettings, arch, "tiny")
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.warm_start_learning_rate, betas=(0.9, 0.95),
-                            weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=settings.warm_start_learning_rate, betas=(0.9, 0.95), weight_decay=0.0
+    )
     steps, batch_size = settings.warm_start_steps, settings.warm_start_batch_size
     n_micro = max(1, min(settings.warm_start_micro_batches, batch_size))
     size = -(-batch_size // n_micro)  # rows per micro-batch
@@ -200,23 +214,27 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
     t0, losses = time.time(), []
     step = 0
     while step < min(steps, decay_start + decay_steps):
-        batch = sorted((examples[rng.randrange(len(examples))] for _ in range(batch_size)),
-                       key=lambda pc: len(pc[0]) + len(pc[1]))
+        batch = sorted(
+            (examples[rng.randrange(len(examples))] for _ in range(batch_size)), key=lambda pc: len(pc[0]) + len(pc[1])
+        )
         n_tokens = sum(len(c) for _, c in batch)
         for g in opt.param_groups:
             g["lr"] = settings.warm_start_learning_rate * warm_start_lr_factor(
-                step, settings.warm_start_warmup_steps, decay_start, decay_steps)
+                step, settings.warm_start_warmup_steps, decay_start, decay_steps
+            )
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        for part in (batch[i:i + size] for i in range(0, batch_size, size)):
+        for part in (batch[i : i + size] for i in range(0, batch_size, size)):
             total += backward_part(model, part, tokenizer.pad_token_id, settings.warm_start_prompt_loss, n_tokens)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(total)
         if step < decay_start and loss_is_below(losses, settings.warm_start_decay_below):
             decay_start = step + 1
-            log(f"warm start {step + 1}/{steps}: loss below {settings.warm_start_decay_below}, "
-                f"decaying over {decay_steps} steps")
+            log(
+                f"warm start {step + 1}/{steps}: loss below {settings.warm_start_decay_below}, "
+                f"decaying over {decay_steps} steps"
+            )
         if step % 50 == 0 or step == min(steps, decay_start + decay_steps) - 1:
             recent = losses[-50:]  # one batch's loss is noisy: the mean since the last line
             log(f"warm start {step + 1}/{steps} loss {sum(recent) / len(recent):.3f} ({time.time() - t0:.0f}s)")
@@ -227,8 +245,7 @@ def warm_start(model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: d
         step += 1
     model.eval()
     tail = losses[-LOSS_WINDOW:] or [float("nan")]
-    return {"steps": step, "decay_start": decay_start, "final_loss": sum(tail) / len(tail),
-            "n_examples": len(examples)}
+    return {"steps": step, "decay_start": decay_start, "final_loss": sum(tail) / len(tail), "n_examples": len(examples)}
 
 
 def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
@@ -236,8 +253,13 @@ def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if spec["model"] != "tiny":
-        info = {"scale": spec["scale"], "model": spec["model"], "path": spec["model"], "dtype": spec["dtype"],
-                "local": Path(spec["model"]).exists()}
+        info = {
+            "scale": spec["scale"],
+            "model": spec["model"],
+            "path": spec["model"],
+            "dtype": spec["dtype"],
+            "local": Path(spec["model"]).exists(),
+        }
         write_json_atomic(info, out)
         return info
     arch, seed = spec["tiny"], spec["tiny"]["seed"]
@@ -250,8 +272,9 @@ def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
     texts = [text for pair in pairs for text in pair] + ["user\nassistant\n"] * 100  # the chat template's words
     tokenizer = build_tokenizer(texts, arch["vocab_size"])
     check_completion_lengths(spec, by_task, tokenizer)
-    model = build_tiny_model(arch, seed, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id)
+    model = build_tiny_model(
+        arch, seed, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     log(f"tokenizer {len(tokenizer)} tokens; model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
     t0 = time.time()
     stats = warm_start(model, tokenizer, pairs, arch, seed, log)
@@ -259,9 +282,16 @@ def build_base_model(spec: dict[str, Any], out: str | Path) -> dict[str, Any]:
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     weights = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()[:16]
-    info = {"scale": spec["scale"], "model": "tiny", "path": str(model_dir), "dtype": spec["dtype"],
-            "fingerprint": weights, "vocab_size": len(tokenizer), "warm_start": stats,
-            "build_time_s": time.time() - t0}
+    info = {
+        "scale": spec["scale"],
+        "model": "tiny",
+        "path": str(model_dir),
+        "dtype": spec["dtype"],
+        "fingerprint": weights,
+        "vocab_size": len(tokenizer),
+        "warm_start": stats,
+        "build_time_s": time.time() - t0,
+    }
     write_json_atomic(info, out)
     log(f"wrote {out}: {json.dumps(stats)}")
     return info

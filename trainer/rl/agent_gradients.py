@@ -38,27 +38,40 @@ def agent_metrics(grads: list[torch.Tensor]) -> dict[str, Any]:
     norms = [math.sqrt(float(g.pow(2).sum())) for g in grads]
     total = math.sqrt(float(torch.stack(grads).sum(0).pow(2).sum())) if grads else 0.0
     amp = sum(norms) / total if len(grads) > 1 and total > 0 else math.nan
-    cos = [float((grads[i] * grads[j]).sum()) / (norms[i] * norms[j])
-           for i in range(len(grads)) for j in range(i + 1, len(grads)) if norms[i] > 0 and norms[j] > 0]
-    return {"n_agents": len(grads), "agent_grad_norms": norms, "amplification_index": amp,
-            "agent_cos_mean": sum(cos) / len(cos) if cos else math.nan}
+    cos = [
+        float((grads[i] * grads[j]).sum()) / (norms[i] * norms[j])
+        for i in range(len(grads))
+        for j in range(i + 1, len(grads))
+        if norms[i] > 0 and norms[j] > 0
+    ]
+    return {
+        "n_agents": len(grads),
+        "agent_grad_norms": norms,
+        "amplification_index": amp,
+        "agent_cos_mean": sum(cos) / len(cos) if cos else math.nan,
+    }
 
 
-def role_agent_metrics(agent_grads: dict[tuple[str, int], list[torch.Tensor | None]],
-                       shapes: list[torch.Size]) -> dict[str, dict[str, Any]]:
+def role_agent_metrics(
+    agent_grads: dict[tuple[str, int], list[torch.Tensor | None]], shapes: list[torch.Size]
+) -> dict[str, dict[str, Any]]:
     """agent_metrics per role from the recorder's per-(role, agent) sums (a parameter an agent's
     rows gave no gradient counts as zeros, so every agent's vector lines up)."""
     by_role: dict[str, list[tuple[int, torch.Tensor]]] = {}
     for (role, agent), gs in agent_grads.items():
         device = next(g.device for g in gs if g is not None)
-        flat = torch.cat([(g if g is not None else torch.zeros(s, device=device)).flatten().float()
-                          for g, s in zip(gs, shapes)])
+        flat = torch.cat(
+            [(g if g is not None else torch.zeros(s, device=device)).flatten().float() for g, s in zip(gs, shapes)]
+        )
         by_role.setdefault(role, []).append((agent, flat))
     return {role: agent_metrics([g for _, g in sorted(pairs, key=lambda p: p[0])]) for role, pairs in by_role.items()}
 
 
 def agent_columns(stats: dict[str, Any]) -> dict[str, Any]:
     """The train.parquet columns of a role's update stats (a role without rows: no agents, NaN)."""
-    return {"n_agents": int(stats.get("n_agents", 0)), "agent_grad_norms": list(stats.get("agent_grad_norms", [])),
-            "amplification_index": float(stats.get("amplification_index", math.nan)),
-            "agent_cos_mean": float(stats.get("agent_cos_mean", math.nan))}
+    return {
+        "n_agents": int(stats.get("n_agents", 0)),
+        "agent_grad_norms": list(stats.get("agent_grad_norms", [])),
+        "amplification_index": float(stats.get("amplification_index", math.nan)),
+        "agent_cos_mean": float(stats.get("agent_cos_mean", math.nan)),
+    }

@@ -13,8 +13,12 @@ STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
 def chat_prompt(tokenizer: Any, user_message: str, enable_thinking: bool) -> str:
     """The user message rendered with the model's chat template, ready for the assistant's turn."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": user_message}], tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=enable_thinking)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_message}],
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=enable_thinking,
+    )
 
 
 def stop_token_ids(tokenizer: Any, model: Any = None) -> tuple[int, ...]:

@@ -37,8 +37,9 @@ def fsync_path(path: Path) -> None:
 
 def files_of(directory: Path) -> list[Path]:
     """Every file under `directory`, relative paths sorted, the manifest left out."""
-    return sorted(p.relative_to(directory) for p in directory.rglob("*")
-                  if p.is_file() and p.name != rundir.MANIFEST_JSON)
+    return sorted(
+        p.relative_to(directory) for p in directory.rglob("*") if p.is_file() and p.name != rundir.MANIFEST_JSON
+    )
 
 
 def sha256_of(path: Path) -> str:
@@ -120,8 +121,10 @@ def check_room(work: Path, run_config: dict[str, Any], model_config: dict[str, A
     needed = checkpoint_bytes(run_config, model_config)
     free = shutil.disk_usage(work).free
     if free < needed:
-        raise NoRoomError(f"run {run_config['run']}: {work} has {free / 2**30:.2f} GiB free, but its next checkpoint "
-                          f"needs about {needed / 2**30:.2f} GiB ({needed} bytes: every policy's trained parameters "
-                          f"and optimizer state); free space there, or put results/ on a larger file system "
-                          f"(--config results_dir=...)")
+        raise NoRoomError(
+            f"run {run_config['run']}: {work} has {free / 2**30:.2f} GiB free, but its next checkpoint "
+            f"needs about {needed / 2**30:.2f} GiB ({needed} bytes: every policy's trained parameters "
+            f"and optimizer state); free space there, or put results/ on a larger file system "
+            f"(--config results_dir=...)"
+        )
     return needed

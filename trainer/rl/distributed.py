@@ -28,8 +28,9 @@ import contextlib
 import datetime
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -52,7 +53,7 @@ class Ranks:
     local_rank: int
 
     @staticmethod
-    def single() -> "Ranks":
+    def single() -> Ranks:
         return Ranks(0, 1, 0)
 
     @property
@@ -106,7 +107,7 @@ class Ranks:
         summed = self.sum_floats(flat)
         for i, role in enumerate(roles):
             if summed[len(roles) * len(keys) + i] > 0:
-                stats[role] = {**stats.get(role, {}), **dict(zip(keys, summed[i * len(keys):(i + 1) * len(keys)]))}
+                stats[role] = {**stats.get(role, {}), **dict(zip(keys, summed[i * len(keys) : (i + 1) * len(keys)]))}
 
     def barrier(self) -> None:
         if self.active:
@@ -119,8 +120,9 @@ class Ranks:
                 for p in params:
                     dist.broadcast(p.data, src=0)
 
-    def reduce_gradients(self, params: list[torch.nn.Parameter], role_grads: dict[str | None, list],
-                         roles: list[str]) -> None:
+    def reduce_gradients(
+        self, params: list[torch.nn.Parameter], role_grads: dict[str | None, list], roles: list[str]
+    ) -> None:
         """Sum `params`' gradients and the per-role gradients over ranks, in place.
 
         A rank without rows for a role (or without any) contributes zeros; a role that no rank
@@ -141,8 +143,9 @@ class Ranks:
             local = [g if g is not None else torch.zeros_like(p, dtype=torch.float32) for g, p in zip(mine, params)]
             role_grads[role] = self._sum_tensors(local)
 
-    def reduce_agent_gradients(self, params: list[torch.nn.Parameter],
-                               agent_grads: dict[tuple[str, int], list]) -> None:
+    def reduce_agent_gradients(
+        self, params: list[torch.nn.Parameter], agent_grads: dict[tuple[str, int], list]
+    ) -> None:
         """Sum the per-(role, agent) gradients over ranks, in place: every (role, agent) that some rank
         has, in sorted order (a rank without it contributes zeros), so agent k means the same with any
         number of processes."""
@@ -158,7 +161,7 @@ class Ranks:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         out, pos = [], 0
         for t in tensors:
-            out.append(flat[pos:pos + t.numel()].view_as(t).to(t.dtype))
+            out.append(flat[pos : pos + t.numel()].view_as(t).to(t.dtype))
             pos += t.numel()
         return out
 
@@ -196,8 +199,10 @@ def process_group(resources: dict[str, Any], run: str, timeout_min: float = 30) 
     """
     ranks, expected = job_ranks(), world_size_of(resources)
     if ranks.world_size != expected:
-        raise DistributedError(f"run {run}: the job has {ranks.world_size} processes but resources.gpus / "
-                               f"resources.processes ask for {expected}; resubmit it with `python -m trainer launch`")
+        raise DistributedError(
+            f"run {run}: the job has {ranks.world_size} processes but resources.gpus / "
+            f"resources.processes ask for {expected}; resubmit it with `python -m trainer launch`"
+        )
     if not ranks.active:
         yield ranks
         return
@@ -209,8 +214,12 @@ def process_group(resources: dict[str, Any], run: str, timeout_min: float = 30) 
     if cuda:
         torch.cuda.set_device(device_index(ranks))
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=timeout_min))
-    print(f"[{run}] rank {ranks.rank} of {ranks.world_size} ({backend}, {os.environ['MASTER_ADDR']}:"
-          f"{os.environ['MASTER_PORT']})", file=sys.stderr, flush=True)
+    print(
+        f"[{run}] rank {ranks.rank} of {ranks.world_size} ({backend}, {os.environ['MASTER_ADDR']}:"
+        f"{os.environ['MASTER_PORT']})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         yield ranks
     finally:

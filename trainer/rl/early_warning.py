@@ -82,17 +82,39 @@ class Detector:
 
 
 DETECTORS = [
-    Detector("entropy_collapse", "entropy", "entropy_ratio", False,
-             lambda x, t: ratio_to_baseline(x, t["window"], t["baseline_steps"])),
-    Detector("advantage_collapse", "zero_var_group_share", "zero_var_group_share", True,
-             lambda x, t: trailing_mean(x, t["window"])),
+    Detector(
+        "entropy_collapse",
+        "entropy",
+        "entropy_ratio",
+        False,
+        lambda x, t: ratio_to_baseline(x, t["window"], t["baseline_steps"]),
+    ),
+    Detector(
+        "advantage_collapse",
+        "zero_var_group_share",
+        "zero_var_group_share",
+        True,
+        lambda x, t: trailing_mean(x, t["window"]),
+    ),
     Detector("grad_norm_spike", "grad_norm", "grad_spike_ratio", True, lambda x, t: spike_ratio(x, t["window"])),
-    Detector("capture", "grad_sq_share", "capture_share", True, lambda x, t: trailing_mean(x, t["window"]),
-             shared_policy_only=True),
-    Detector("amplification", "amplification_index", "amplification_index", True,
-             lambda x, t: trailing_mean(x, t["window"])),
-    Detector("train_inference_mismatch", "logp_mismatch", "train_inference_mismatch", True,
-             lambda x, t: trailing_mean(x, t["window"])),
+    Detector(
+        "capture",
+        "grad_sq_share",
+        "capture_share",
+        True,
+        lambda x, t: trailing_mean(x, t["window"]),
+        shared_policy_only=True,
+    ),
+    Detector(
+        "amplification", "amplification_index", "amplification_index", True, lambda x, t: trailing_mean(x, t["window"])
+    ),
+    Detector(
+        "train_inference_mismatch",
+        "logp_mismatch",
+        "train_inference_mismatch",
+        True,
+        lambda x, t: trailing_mean(x, t["window"]),
+    ),
 ]
 DETECTOR_NAMES = [d.name for d in DETECTORS]
 assert tuple(DETECTOR_NAMES) == rundir.EARLY_WARNING_DETECTORS, "rundir's contract lists the detectors"
@@ -150,12 +172,19 @@ def warnings_from_train(train: pd.DataFrame, thresholds: dict[str, float] | None
             d = by_name[name]
             hit = fires(values, t[d.threshold_key], d.above)
             onset = hit & ~np.concatenate([[False], hit[:-1]])
-            rows += [{"step": int(steps[i]), "role": role, "detector": name, "value": float(values[i]),
-                      "threshold": float(t[d.threshold_key]), "version": EARLY_WARNING_VERSION}
-                     for i in np.flatnonzero(onset)]
+            rows += [
+                {
+                    "step": int(steps[i]),
+                    "role": role,
+                    "detector": name,
+                    "value": float(values[i]),
+                    "threshold": float(t[d.threshold_key]),
+                    "version": EARLY_WARNING_VERSION,
+                }
+                for i in np.flatnonzero(onset)
+            ]
     cols = ["step", "role", "detector", "value", "threshold", "version"]
-    return pd.DataFrame(rows, columns=cols).sort_values(["step", "role", "detector"], kind="stable",
-                                                        ignore_index=True)
+    return pd.DataFrame(rows, columns=cols).sort_values(["step", "role", "detector"], kind="stable", ignore_index=True)
 
 
 def warnings_at(train_rows: list[dict[str, Any]], step: int, thresholds: dict[str, float]) -> list[dict[str, Any]]:

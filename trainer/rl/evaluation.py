@@ -28,8 +28,9 @@ import pickle
 import random
 import shutil
 import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -48,10 +49,12 @@ def eval_metrics(correct: Sequence[bool], k: int) -> dict[str, Any]:
     n = len(correct) // k
     per_sample = [sum(correct[i * k + j] for i in range(n)) / n for j in range(k)]
     return {
-        "n": n, "k": k, "n_episodes": len(correct),
+        "n": n,
+        "k": k,
+        "n_episodes": len(correct),
         "accuracy": sum(correct) / len(correct),
         "accuracy_std": statistics.stdev(per_sample) if k > 1 else math.nan,
-        "pass_at_k": sum(any(correct[i * k:(i + 1) * k]) for i in range(n)) / n,
+        "pass_at_k": sum(any(correct[i * k : (i + 1) * k]) for i in range(n)) / n,
     }
 
 
@@ -63,7 +66,7 @@ def chunk_seed(seed: int, step: int, chunk: int) -> int:
 
 def shard_problems(problems: Sequence[Problem], ranks: Ranks) -> list[Problem]:
     """This rank's interleaved share of a chunk's problems: r, r + W, r + 2W, ..."""
-    return list(problems[ranks.rank::ranks.world_size])
+    return list(problems[ranks.rank :: ranks.world_size])
 
 
 def gather_problem_major(ranks: Ranks, mine: list[Episode], n: int, k: int) -> list[Episode]:
@@ -72,13 +75,21 @@ def gather_problem_major(ranks: Ranks, mine: list[Episode], n: int, k: int) -> l
     out: list[Episode] = []
     for i in range(n):
         j = i // ranks.world_size
-        out += parts[i % ranks.world_size][j * k:(j + 1) * k]
+        out += parts[i % ranks.world_size][j * k : (j + 1) * k]
     return out
 
 
-def run_split(workflow: Any, generate: Any, ranks: Ranks, problems: Sequence[Problem], k: int,
-              chunk_problems: int | None = None, seed: Callable[[int], int] | None = None,
-              progress: "EvalProgress | None" = None, split: int = 0) -> list[Episode]:
+def run_split(
+    workflow: Any,
+    generate: Any,
+    ranks: Ranks,
+    problems: Sequence[Problem],
+    k: int,
+    chunk_problems: int | None = None,
+    seed: Callable[[int], int] | None = None,
+    progress: EvalProgress | None = None,
+    split: int = 0,
+) -> list[Episode]:
     """Every problem's k episodes, scored, problem-major, gathered over ranks, chunk by chunk.
 
     `chunk_problems`: problems per chunk (None: one chunk); `seed(c)`: the seed of chunk c (None: the
@@ -87,7 +98,7 @@ def run_split(workflow: Any, generate: Any, ranks: Ranks, problems: Sequence[Pro
     size = chunk_problems or max(len(problems), 1)
     episodes: list[Episode] = []
     for c, lo in enumerate(range(0, len(problems), size)):
-        chunk = list(problems[lo:lo + size])
+        chunk = list(problems[lo : lo + size])
         saved = progress.load(split, c, chunk, k) if progress else None
         if ranks.all_true(saved is not None):  # DDP: skipped only where every rank can read it
             episodes += saved
@@ -104,24 +115,50 @@ def run_split(workflow: Any, generate: Any, ranks: Ranks, problems: Sequence[Pro
     return episodes
 
 
-def split_rows(step: int, split: str, episodes: list[Episode], k: int, workflow: Any, task: Any, seed: int,
-               samples_per_eval: int, time_s: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def split_rows(
+    step: int,
+    split: str,
+    episodes: list[Episode],
+    k: int,
+    workflow: Any,
+    task: Any,
+    seed: int,
+    samples_per_eval: int,
+    time_s: float,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A split's eval.parquet row and its samples.parquet rows: `samples_per_eval` episodes drawn with
     the run's `seed` at `step`, one row per turn."""
-    row = {"step": step, "split": split, **eval_metrics([ep.correct for ep in episodes], k),
-           "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
-           **workflow.diagnostics(episodes), "time_s": time_s}
-    keep = random.Random(step_seed(seed, step, salt=3)).sample(range(len(episodes)),
-                                                               min(samples_per_eval, len(episodes)))
+    row = {
+        "step": step,
+        "split": split,
+        **eval_metrics([ep.correct for ep in episodes], k),
+        "final_answer_parse_rate": sum(bool(ep.score and ep.score.parsed) for ep in episodes) / len(episodes),
+        **workflow.diagnostics(episodes),
+        "time_s": time_s,
+    }
+    keep = random.Random(step_seed(seed, step, salt=3)).sample(
+        range(len(episodes)), min(samples_per_eval, len(episodes))
+    )
     samples = []
     for e in sorted(keep):
         ep = episodes[e]
         for j, turn in enumerate(ep.turns):
-            samples.append({
-                "step": step, "split": split, "episode": e, "problem_id": ep.problem.id, "turn": j,
-                "role": turn.role, "agent": turn.agent, "prompt": turn.prompt,
-                "completion": turn.completion.text, "reward": float(ep.score.score if ep.score else 0.0),
-                "final_answer": task.extract_answer(ep.final_text) or "", "correct": ep.correct})
+            samples.append(
+                {
+                    "step": step,
+                    "split": split,
+                    "episode": e,
+                    "problem_id": ep.problem.id,
+                    "turn": j,
+                    "role": turn.role,
+                    "agent": turn.agent,
+                    "prompt": turn.prompt,
+                    "completion": turn.completion.text,
+                    "reward": float(ep.score.score if ep.score else 0.0),
+                    "final_answer": task.extract_answer(ep.final_text) or "",
+                    "correct": ep.correct,
+                }
+            )
     return row, samples
 
 
@@ -163,8 +200,18 @@ class EvalProgress:
         path = self._path(split, chunk)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         with open(tmp, "wb") as f:
-            pickle.dump({**self.key, "split": split, "chunk": chunk, "problems": [p.id for p in problems], "k": k,
-                         "episodes": episodes}, f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(
+                {
+                    **self.key,
+                    "split": split,
+                    "chunk": chunk,
+                    "problems": [p.id for p in problems],
+                    "k": k,
+                    "episodes": episodes,
+                },
+                f,
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

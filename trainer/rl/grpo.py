@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Hashable
+from typing import TYPE_CHECKING
 
 import torch
 from trl.trainer.utils import entropy_from_logits, selective_log_softmax
@@ -22,18 +23,29 @@ if TYPE_CHECKING:  # types only: the workflows import nothing from here
     from trainer.workflows import Episode, Turn, Workflow
 
 
-def per_token_logps(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    n_completion: int, temperature: float, with_entropy: bool = False
-                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def per_token_logps(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    n_completion: int,
+    temperature: float,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of the last `n_completion` tokens, logits scaled by the sampling temperature."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=n_completion + 1).logits
     return _logps_and_entropy(logits[:, :-1, :], input_ids[:, -n_completion:], temperature, with_entropy)
 
 
-def per_token_logps_shared_prompts(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                                   prompt_of: torch.Tensor, completion_ids: torch.Tensor,
-                                   completion_attention: torch.Tensor, temperature: float, with_entropy: bool = False
-                                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def per_token_logps_shared_prompts(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    prompt_of: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_attention: torch.Tensor,
+    temperature: float,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """per_token_logps of rows whose prompts repeat (a group's generations, a stage's voters).
 
     Each distinct prompt (left-padded `prompt_ids`, U x P) runs once; its KV cache is indexed per
@@ -50,8 +62,9 @@ def per_token_logps_shared_prompts(model: torch.nn.Module, prompt_ids: torch.Ten
     return _logps_and_entropy(logits, completion_ids, temperature, with_entropy)
 
 
-def _logps_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
-                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _logps_and_entropy(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `tokens` under `logits` (B x T x V, each position predicting its token) scaled by
     the temperature, and the entropies when asked."""
     logits = logits.float() / temperature
@@ -69,9 +82,16 @@ class TokenLoss:
     clipped: torch.Tensor  # (B, T) bool: the ratio left the clip range where it matters (TRL's clip_ratio)
 
 
-def grpo_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                    epsilon_low: float, epsilon_high: float, beta: float = 0.0,
-                    ref_logps: torch.Tensor | None = None, use_bias_correction_kl: bool = True) -> TokenLoss:
+def grpo_token_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+    beta: float = 0.0,
+    ref_logps: torch.Tensor | None = None,
+    use_bias_correction_kl: bool = True,
+) -> TokenLoss:
     """TRL's token-level clipped surrogate `-min(r A, clip(r) A)` plus `beta * KL(k3)`.
 
     With `use_bias_correction_kl` (TRL's default) the KL is weighted by the importance ratio r,
@@ -97,8 +117,14 @@ def grpo_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: to
 IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
-def vllm_importance_sampling_ratio(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor,
-                                   mode: str, clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+def vllm_importance_sampling_ratio(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> torch.Tensor:
     """TRL's `vllm_importance_sampling_correction` weight (GRPOTrainer._generate_and_score_completions):
     exp(trainer log p - engine log p) per token (`token_*`, B x T) or summed over the sequence
     (`sequence_*`, B x 1), clamped to [clip_min, clip_max] (`*_truncate`) or set to 0 outside it
@@ -168,13 +194,13 @@ def group_advantages(rewards: list[float], groups: list[Hashable], scale: bool) 
     return out
 
 
-def assign_rewards_and_advantages(workflow: Workflow, episodes: list[Episode], group_of: list[int],
-                                  training: TrainingSettings) -> None:
+def assign_rewards_and_advantages(
+    workflow: Workflow, episodes: list[Episode], group_of: list[int], training: TrainingSettings
+) -> None:
     """Set every turn's reward (final outcome or per role) and its GRPO advantage."""
     for ep in episodes:
         for t in ep.turns:
-            t.reward = (ep.score.score if training.reward_mode == "final_outcome"
-                        else workflow.role_reward(ep, t))
+            t.reward = ep.score.score if training.reward_mode == "final_outcome" else workflow.role_reward(ep, t)
     scale = training.scale_rewards == "group"
     if training.advantage_grouping == "episode":
         rewards = [sum(t.reward for t in ep.turns) / len(ep.turns) for ep in episodes]

@@ -50,8 +50,13 @@ class PeakKeeper:
         top = rundir.curve_peak([r["step"] for r in rows], [r["accuracy"] for r in rows], self.window)
         if not self.enabled or top is None or top["step"] != step or (self.current or {}).get("step") == step:
             return
-        peak = {"step": int(step), "accuracy": float(top["accuracy"]), "smoothed": float(top["smoothed"]),
-                "split": self.split, "smoothing_window": self.window}
+        peak = {
+            "step": int(step),
+            "accuracy": float(top["accuracy"]),
+            "smoothed": float(top["smoothed"]),
+            "split": self.split,
+            "smoothing_window": self.window,
+        }
         final, tmp = self.root / f"step-{step:06d}", self.root / f".step-{step:06d}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)

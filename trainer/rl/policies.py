@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -35,6 +35,7 @@ def routing_table(mode: str, roles: tuple[str, ...], groups: dict[str, list[str]
 
 def lr_lambda(kind: str, max_steps: int, warmup_steps: int):
     """The multiplier of the learning rate at each optimizer step (TRL/transformers schedule names)."""
+
     def f(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / (warmup_steps + 1)
@@ -46,6 +47,7 @@ def lr_lambda(kind: str, max_steps: int, warmup_steps: int):
         if kind == "cosine":
             return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
         raise ValueError(f"unknown lr_scheduler_type {kind!r}")
+
     return f
 
 
@@ -70,8 +72,13 @@ class PolicySet:
         self.models: dict[str, torch.nn.Module] = {}
         if self.finetune == "lora":
             lora = training.lora
-            cfg = LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
-                             target_modules=lora.target_modules, task_type="CAUSAL_LM")
+            cfg = LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.lora_alpha,
+                lora_dropout=lora.lora_dropout,
+                target_modules=lora.target_modules,
+                task_type="CAUSAL_LM",
+            )
             self.peft: PeftModel = get_peft_model(base, cfg, adapter_name=names[0])
             for name in names[1:]:
                 self.peft.add_adapter(name, cfg)
@@ -92,9 +99,12 @@ class PolicySet:
         for name in names:
             if not params[name]:
                 raise ValueError(f"policy {name!r} has no trainable parameters")
-            opt = torch.optim.AdamW(params[name], lr=training.learning_rate,
-                                    betas=(training.adam_beta1, training.adam_beta2),
-                                    weight_decay=training.weight_decay)
+            opt = torch.optim.AdamW(
+                params[name],
+                lr=training.learning_rate,
+                betas=(training.adam_beta1, training.adam_beta2),
+                weight_decay=training.weight_decay,
+            )
             sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(training.lr_scheduler_type, steps, warmup))
             self.policies[name] = Policy(name, [r for r, p in routing.items() if p == name], params[name], opt, sched)
 

@@ -7,16 +7,17 @@ picks one (`make_generator`): `hf`, or `vllm` (trainer.rl.vllm_engine, the `vllm
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Protocol
 
 import torch
 
+from trainer.rl.chat import (
+    chat_prompt,  # noqa: F401  (re-exported: base_model and tests import it here)
+    stop_token_ids,
+)
+from trainer.rl.policies import PolicySet
 from trainer.sweep import memory
 from trainer.sweep.config import ConfigError
-from trainer.rl.chat import chat_prompt  # noqa: F401  (re-exported: base_model and tests import it here)
-from trainer.rl.chat import stop_token_ids
-from trainer.rl.policies import PolicySet
 from trainer.workflows import Completion
 
 
@@ -41,7 +42,7 @@ class GenerationBackend(Protocol):
 
 # training.generation_memory_gb: null -> these defaults (GiB of KV cache one generate call may hold)
 CUDA_FREE_FRACTION = 0.5  # of the device's free memory at the call: the rest for activations, logits, the update
-CPU_DEFAULT_GB = 2.0      # fixed on CPU: a developer's machine is shared, its free memory says little
+CPU_DEFAULT_GB = 2.0  # fixed on CPU: a developer's machine is shared, its free memory says little
 
 
 def kv_bytes_per_token(config: Any, dtype_bytes: int) -> int:
@@ -66,8 +67,9 @@ def cuda_free_bytes(device: torch.device) -> int:
     return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
-def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, budget: int,
-                row_bytes: int = 0) -> list[list[int]]:
+def plan_chunks(
+    lengths: list[int], max_new_tokens: int, bytes_per_token: int, budget: int, row_bytes: int = 0
+) -> list[list[int]]:
     """Row indices grouped into chunks, shortest prompts first, each chunk's peak within `budget`.
 
     A left-padded chunk of rows holds rows x (its longest prompt + max_new_tokens) tokens of cache, and
@@ -79,9 +81,11 @@ def plan_chunks(lengths: list[int], max_new_tokens: int, bytes_per_token: int, b
         width = lengths[i] + max_new_tokens  # the longest so far: sorted ascending
         per_row = width * bytes_per_token + row_bytes
         if per_row > budget:
-            raise ConfigError(f"training.generation_memory_gb: one sequence of {width} tokens needs "
-                              f"{per_row / 2**30:.3f} GiB of KV cache and logits, over the budget of "
-                              f"{budget / 2**30:.3f} GiB: raise it or lower max_completion_length")
+            raise ConfigError(
+                f"training.generation_memory_gb: one sequence of {width} tokens needs "
+                f"{per_row / 2**30:.3f} GiB of KV cache and logits, over the budget of "
+                f"{budget / 2**30:.3f} GiB: raise it or lower max_completion_length"
+            )
         if chunks and (len(chunks[-1]) + 1) * per_row <= budget:
             chunks[-1].append(i)
         else:
@@ -109,8 +113,9 @@ def shared_prompt_cache(model: Any, input_ids: torch.Tensor, attention_mask: tor
     ids, mask = input_ids[distinct, :-1], attention_mask[distinct, :-1]
     positions = (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
     # logits of the last position only (the cache is what is wanted): not prompt length x vocabulary
-    cache = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                  logits_to_keep=1).past_key_values
+    cache = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+    ).past_key_values
     slot = {r: k for k, r in enumerate(first)}
     cache.reorder_cache(torch.tensor([slot[r] for r in rows], device=input_ids.device))  # one row per prompt row
     return cache
@@ -123,9 +128,18 @@ class HFGenerator:
     `generation_memory_gb` (counted in `chunks`); results come back in input order.
     """
 
-    def __init__(self, policies: PolicySet, tokenizer: Any, *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, enable_thinking: bool = False, device: str | torch.device = "cpu",
-                 generation_memory_gb: float | None = None):
+    def __init__(
+        self,
+        policies: PolicySet,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        enable_thinking: bool = False,
+        device: str | torch.device = "cpu",
+        generation_memory_gb: float | None = None,
+    ):
         self.policies = policies
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -150,8 +164,9 @@ class HFGenerator:
         per_token = kv_bytes_per_token(model.config, next(model.parameters()).element_size())
         budget = generation_budget_bytes(self.memory_gb, self.device)
         results: list[Completion | None] = [None] * len(prompts)
-        for chunk in plan_chunks([len(x) for x in ids], self.max_new_tokens, per_token, budget,
-                                 memory.generation_row_bytes(model.config)):
+        for chunk in plan_chunks(
+            [len(x) for x in ids], self.max_new_tokens, per_token, budget, memory.generation_row_bytes(model.config)
+        ):
             self.chunks += 1
             for i, completion in zip(chunk, self._generate(model, [ids[i] for i in chunk])):
                 results[i] = completion
@@ -169,50 +184,88 @@ class HFGenerator:
     def _generate(self, model: Any, prompt_ids: list[list[int]]) -> list[Completion]:
         """One Hugging Face `generate` over already tokenized prompts (left padded)."""
         enc = self.tokenizer.pad({"input_ids": prompt_ids}, return_tensors="pt", padding_side="left").to(self.device)
-        sampling = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": 0} \
-            if self.temperature > 0 else {"do_sample": False}
-        out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                             max_new_tokens=self.max_new_tokens, use_cache=True,
-                             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=list(self.stop_ids),
-                             past_key_values=shared_prompt_cache(model, enc["input_ids"], enc["attention_mask"]),
-                             **sampling)
+        sampling = (
+            {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": 0}
+            if self.temperature > 0
+            else {"do_sample": False}
+        )
+        out = model.generate(
+            input_ids=enc["input_ids"],
+            attention_mask=enc["attention_mask"],
+            max_new_tokens=self.max_new_tokens,
+            use_cache=True,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=list(self.stop_ids),
+            past_key_values=shared_prompt_cache(model, enc["input_ids"], enc["attention_mask"]),
+            **sampling,
+        )
         prompt_len = enc["input_ids"].shape[1]
         results = []
         for prompt, gen in zip(prompt_ids, out[:, prompt_len:]):
             ids = gen.tolist()
             end = next((k for k, t in enumerate(ids) if t in self.stop_ids), None)
             if end is not None:  # keep the stop token: the policy is trained to stop
-                ids = ids[:end + 1]
+                ids = ids[: end + 1]
             self.generated_tokens += len(ids)
-            results.append(Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                                      prompt_ids=list(prompt), completion_ids=ids))
+            results.append(
+                Completion(
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    prompt_ids=list(prompt),
+                    completion_ids=ids,
+                )
+            )
         return results
 
 
-def _vllm_generator(policies: PolicySet, tokenizer: Any, *, training: dict[str, Any], seed: int,
-                    ranks: Any = None, revision: str | None = None, **kwargs: Any) -> GenerationBackend:
+def _vllm_generator(
+    policies: PolicySet,
+    tokenizer: Any,
+    *,
+    training: dict[str, Any],
+    seed: int,
+    ranks: Any = None,
+    revision: str | None = None,
+    **kwargs: Any,
+) -> GenerationBackend:
     """The colocated vLLM engine's generator (trainer.rl.vllm_engine; preflight checked that vllm imports)."""
     from trainer.rl.vllm_engine import VLLMGenerator
 
     model = policies.model(next(iter(policies.policies)))
     # null max_model_len: room for prompts that quote several completions (an aggregator's), within the model's
     max_len = min(8 * kwargs["max_new_tokens"] + 1024, model.config.max_position_embeddings)
-    return VLLMGenerator(policies, tokenizer, training=training, seed=seed, max_model_len=max_len, ranks=ranks,
-                         revision=revision, **kwargs)
+    return VLLMGenerator(
+        policies,
+        tokenizer,
+        training=training,
+        seed=seed,
+        max_model_len=max_len,
+        ranks=ranks,
+        revision=revision,
+        **kwargs,
+    )
 
 
 # training.generation_backend -> constructor (the config schema lists the same names)
 _BACKENDS = {"hf": HFGenerator, "vllm": _vllm_generator}
 
 
-def make_generator(backend: str, policies: PolicySet, tokenizer: Any, training: dict[str, Any] | None = None,
-                   seed: int = 0, ranks: Any = None, revision: str | None = None, **kwargs: Any) -> GenerationBackend:
+def make_generator(
+    backend: str,
+    policies: PolicySet,
+    tokenizer: Any,
+    training: dict[str, Any] | None = None,
+    seed: int = 0,
+    ranks: Any = None,
+    revision: str | None = None,
+    **kwargs: Any,
+) -> GenerationBackend:
     """The rollout backend named by `training.generation_backend` (HFGenerator's arguments; the vllm
     backend also reads `training` (its engine knobs), the run's `seed`, this process's `ranks`
     (distributed.Ranks: one engine per rank) and the base model's pinned `revision`)."""
     if backend not in _BACKENDS:
         raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(_BACKENDS)})")
     if backend == "vllm":
-        return _vllm_generator(policies, tokenizer, training=training or {}, seed=seed, ranks=ranks,
-                               revision=revision, **kwargs)
+        return _vllm_generator(
+            policies, tokenizer, training=training or {}, seed=seed, ranks=ranks, revision=revision, **kwargs
+        )
     return HFGenerator(policies, tokenizer, **kwargs)

@@ -14,8 +14,9 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from trainer.rl.checkpoint_files import check_room
 from trainer.rl.distributed import process_group
@@ -25,8 +26,9 @@ from trainer.settings import ResourceSettings, default_of
 from trainer.sweep import rundir
 
 
-def run_training(run_dir: str | Path, restart: bool = False,
-                 stop: threading.Event | None = None) -> dict[str, Any] | None:
+def run_training(
+    run_dir: str | Path, restart: bool = False, stop: threading.Event | None = None
+) -> dict[str, Any] | None:
     """Train the run whose config.json is in `run_dir` (what a submitit job calls).
 
     Resumes from the newest checkpoint under work/; `restart` discards the checkpoints first.
@@ -78,8 +80,10 @@ def hold_run_lock(work: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            raise RunBusyError(f"{work / rundir.TRAIN_LOCK}: another process trains this run ({f.read().strip()}); "
-                               f"wait for it or stop it") from None
+            raise RunBusyError(
+                f"{work / rundir.TRAIN_LOCK}: another process trains this run ({f.read().strip()}); "
+                f"wait for it or stop it"
+            ) from None
         f.truncate(0)
         f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         f.flush()
@@ -98,5 +102,13 @@ def remove_stale_temporaries(run_dir: Path) -> None:
 def write_failure(work: Path, run: str, error: BaseException) -> None:
     """work/failure.json: the error that ended this attempt, one line first (read by `status`)."""
     line = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    rundir.write_json_atomic({"run": run, "error": line, "message": str(error)[-4000:], "host": socket.gethostname(),
-                              "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / rundir.FAILURE_JSON)
+    rundir.write_json_atomic(
+        {
+            "run": run,
+            "error": line,
+            "message": str(error)[-4000:],
+            "host": socket.gethostname(),
+            "failed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        work / rundir.FAILURE_JSON,
+    )

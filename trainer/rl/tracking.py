@@ -25,8 +25,9 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from trainer.rl import wandb_log
 from trainer.settings import TrackingSettings
@@ -50,7 +51,9 @@ def tracking_settings(run_config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def metric_dict(rows: list[dict[str, Any]], prefix: str, key: str, skip: tuple[str, ...]) -> dict[int, dict[str, float]]:
+def metric_dict(
+    rows: list[dict[str, Any]], prefix: str, key: str, skip: tuple[str, ...]
+) -> dict[int, dict[str, float]]:
     """Per step: `{prefix}/{row[key]}/{column}` -> value for every finite numeric column of `rows`."""
     out: dict[int, dict[str, float]] = {}
     for r in rows:
@@ -79,8 +82,11 @@ def wandb_run_id(run: str, config_hash: str, restarts: int = 0) -> str:
 
 def mlflow_uri(settings: dict[str, Any], store: Path) -> str:
     """tracking.mlflow_tracking_uri, else MLFLOW_TRACKING_URI, else a file store under the tracking dir."""
-    return settings["mlflow_tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI") or \
-        (store / "mlruns").resolve().as_uri()
+    return (
+        settings["mlflow_tracking_uri"]
+        or os.environ.get("MLFLOW_TRACKING_URI")
+        or (store / "mlruns").resolve().as_uri()
+    )
 
 
 class MlflowBackend:
@@ -114,7 +120,7 @@ class MlflowBackend:
         now = int(time.time() * 1000)
         batch = [Metric(k, v, now, step) for step, kv in sorted(metrics.items()) for k, v in kv.items()]
         for i in range(0, len(batch), 1000):  # MLflow's log_batch limit
-            self.client.log_batch(tracker_id, metrics=batch[i:i + 1000])
+            self.client.log_batch(tracker_id, metrics=batch[i : i + 1000])
 
     def close(self, tracker_id: str, finished: bool) -> None:
         self.client.set_terminated(tracker_id, status="FINISHED" if finished else "KILLED")
@@ -168,11 +174,26 @@ class WandbBackend:
     def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int, restarts: int) -> str:
         run_id = tracker_id or wandb_run_id(run, config.get("config_hash", ""), restarts)
         self.store.mkdir(parents=True, exist_ok=True)
-        quiet = self.wandb.Settings(console="off", x_disable_stats=True, save_code=False, disable_git=True,
-                                    silent=True, x_save_requirements=False)
-        self.handle = self.wandb.init(project=self.settings["project"], id=run_id, name=run, resume="allow",
-                                      group=parse_run_id(run).cell, tags=list(self.settings["tags"]) or None,
-                                      config=config, dir=str(self.store), reinit="create_new", settings=quiet)
+        quiet = self.wandb.Settings(
+            console="off",
+            x_disable_stats=True,
+            save_code=False,
+            disable_git=True,
+            silent=True,
+            x_save_requirements=False,
+        )
+        self.handle = self.wandb.init(
+            project=self.settings["project"],
+            id=run_id,
+            name=run,
+            resume="allow",
+            group=parse_run_id(run).cell,
+            tags=list(self.settings["tags"]) or None,
+            config=config,
+            dir=str(self.store),
+            reinit="create_new",
+            settings=quiet,
+        )
         return run_id
 
     def log(self, tracker_id: str, metrics: dict[int, dict[str, float]]) -> None:
@@ -199,7 +220,9 @@ class Tracker:
         self.settings = tracking_settings(run_config)
         self.cfg, self.log, self.run = run_config, log, run_config["run"]
         self.state_path = Path(run_dir) / rundir.WORK_DIR / TRACKING_JSON
-        store = Path(self.settings["dir"]) if self.settings["dir"] else Path(run_dir).resolve().parent.parent / "tracking"
+        store = (
+            Path(self.settings["dir"]) if self.settings["dir"] else Path(run_dir).resolve().parent.parent / "tracking"
+        )
         self.backend = None
         if self.settings["backend"] != "none":
             self.backend = self._guard("start", lambda: BACKEND_CLASSES[self.settings["backend"]](self.settings, store))
@@ -210,7 +233,9 @@ class Tracker:
         try:
             return call()
         except Exception as e:  # the parquet files are the truth: training goes on
-            self.log(f"tracking ({self.settings['backend']}) failed at {what}: {type(e).__name__}: {e}; training goes on")
+            self.log(
+                f"tracking ({self.settings['backend']}) failed at {what}: {type(e).__name__}: {e}; training goes on"
+            )
             return None
 
     def resume_at(self, step: int) -> None:
@@ -222,18 +247,26 @@ class Tracker:
         """Create or reopen the tracker run; lower the flushed step to what the tracker holds (a SIGKILL may
         have lost records that tracking.json counts as sent)."""
         after = int(self.state.get("flushed_step", -1))
-        self.tracker_id = self._guard("open", lambda: self.backend.open(
-            self.run, self.state.get("tracker_id"), self.cfg, after + 1, int(self.state.get("restarts", 0))))
+        self.tracker_id = self._guard(
+            "open",
+            lambda: self.backend.open(
+                self.run, self.state.get("tracker_id"), self.cfg, after + 1, int(self.state.get("restarts", 0))
+            ),
+        )
         if self.tracker_id is None:
             return False
         held = self._guard("read back", lambda: self.backend.held_step(self.tracker_id))
         if held is not None and held < after:
-            self.log(f"tracking ({self.settings['backend']}): the tracker holds steps up to {held}, not {after} "
-                     f"(the last process was killed before they were written); sending the steps after {held}")
+            self.log(
+                f"tracking ({self.settings['backend']}): the tracker holds steps up to {held}, not {after} "
+                f"(the last process was killed before they were written); sending the steps after {held}"
+            )
             self.state = {**self.state, "flushed_step": held}
         return True
 
-    def flush(self, upto: int, train: list[dict], evals: list[dict], warnings: list[dict], finished: bool = False) -> None:
+    def flush(
+        self, upto: int, train: list[dict], evals: list[dict], warnings: list[dict], finished: bool = False
+    ) -> None:
         """Send the rows of steps (last flushed, upto] to the tracker, then record `upto` as flushed."""
         if self.backend is None:
             return
@@ -245,17 +278,23 @@ class Tracker:
                 self._guard("close", lambda: self.backend.close(self.tracker_id, True))
             return
         metrics: dict[int, dict[str, float]] = {}
-        for rows, prefix, key, skip in ((train, "train", "role", ("step", "time_s")),
-                                        (evals, "eval", "split", ("step", "time_s")),
-                                        (warnings, "warnings", "role", ("step",))):
+        for rows, prefix, key, skip in (
+            (train, "train", "role", ("step", "time_s")),
+            (evals, "eval", "split", ("step", "time_s")),
+            (warnings, "warnings", "role", ("step",)),
+        ):
             mine = [r for r in rows if after < int(r["step"]) <= upto]
             if prefix == "warnings":
                 mine = [{"step": r["step"], "role": r["role"], r["detector"]: r["value"]} for r in mine]
             for step, kv in metric_dict(mine, prefix, key, skip).items():
                 metrics.setdefault(step, {}).update(kv)
         if self._guard("log", lambda: self.backend.log(self.tracker_id, metrics) or True):
-            self.state = {"backend": self.settings["backend"], "tracker_id": self.tracker_id, "flushed_step": upto,
-                          "restarts": int(self.state.get("restarts", 0))}
+            self.state = {
+                "backend": self.settings["backend"],
+                "tracker_id": self.tracker_id,
+                "flushed_step": upto,
+                "restarts": int(self.state.get("restarts", 0)),
+            }
             rundir.write_json_atomic(self.state, self.state_path)
         if finished:
             self._guard("close", lambda: self.backend.close(self.tracker_id, True))

@@ -24,17 +24,17 @@ import torch
 
 from trainer.rl import early_warning, tracking
 from trainer.rl.agent_gradients import agent_columns, row_agent
+from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
 from trainer.rl.distributed import Ranks, device_of, rank_seed
 from trainer.rl.evaluation import EvalProgress, chunk_seed, run_split, split_rows
-from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
 from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.peak_keeper import PeakKeeper
-from trainer.rl.seeding import epoch_order, seed_everything, step_seed
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.rollout import make_generator
+from trainer.rl.seeding import epoch_order, seed_everything, step_seed
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
-from trainer.rl.weight_sync import logp_mismatch
 from trainer.rl.update import IS_COLUMNS, GradientRecorder, PolicyUpdater, Row, collate, micro_batches
+from trainer.rl.weight_sync import logp_mismatch
 from trainer.settings import RunSettings, eval_problem_limit
 from trainer.sweep import rundir
 from trainer.sweep.preflight import check_run
@@ -56,8 +56,16 @@ class Trainer:
     in-memory model).
     """
 
-    def __init__(self, settings: RunSettings | dict[str, Any], run_dir: str | Path, log=None, *,
-                 model: torch.nn.Module | None = None, tokenizer: Any = None, ranks: Ranks | None = None):
+    def __init__(
+        self,
+        settings: RunSettings | dict[str, Any],
+        run_dir: str | Path,
+        log=None,
+        *,
+        model: torch.nn.Module | None = None,
+        tokenizer: Any = None,
+        ranks: Ranks | None = None,
+    ):
         self.ranks = ranks or Ranks.single()  # DDP: this process's rank (trainer/rl/distributed.py)
         self.settings = settings if isinstance(settings, RunSettings) else RunSettings.from_dict(settings)
         self.cfg = self.settings.raw  # the config.json dict: rewritten into checkpoints as it is
@@ -74,33 +82,47 @@ class Trainer:
             torch.set_num_threads(max(1, self.settings.resources.cpus // self.ranks.world_size))
         check_run(self.cfg)  # a rollout backend that cannot start fails before the model loads
         self.tokenizer, base = (tokenizer, model) if model is not None else self._load_base()
-        self.task = get_task(self.settings.task,
-                             allow_unisolated_sandbox=self.settings.launcher.allow_unisolated_sandbox)
+        self.task = get_task(
+            self.settings.task, allow_unisolated_sandbox=self.settings.launcher.allow_unisolated_sandbox
+        )
         self.workflow = make_workflow(self.settings.workflow, self.cfg["workflow_params"], self.task)
         self.routing = routing_table(self.settings.policy, self.workflow.roles, t.policy_groups)
         self.policies = PolicySet(base, self.routing, t)
         self.ranks.broadcast_params([x for p in self.policies for x in p.params])  # DDP: rank 0's adapters
         self.updater = PolicyUpdater(self.policies, t, self.tokenizer.pad_token_id, self.device, self.ranks)
         self.recorders = self.updater.recorders
-        common = dict(max_new_tokens=t.max_completion_length, top_p=t.top_p, enable_thinking=t.enable_thinking,
-                      device=self.device, generation_memory_gb=t.generation_memory_gb,
-                      training=self.cfg["training"], seed=self.settings.seed,  # the vllm engine's knobs and seed,
-                      ranks=self.ranks, revision=self.settings.model.revision)  # its rank, the model's pinned commit
-        self.generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
-                                                          temperature=t.temperature, **common))
-        self.eval_generate = StoppableGenerator(make_generator(t.generation_backend, self.policies, self.tokenizer,
-                                                               temperature=t.eval_temperature, **common))
+        common = dict(
+            max_new_tokens=t.max_completion_length,
+            top_p=t.top_p,
+            enable_thinking=t.enable_thinking,
+            device=self.device,
+            generation_memory_gb=t.generation_memory_gb,
+            training=self.cfg["training"],
+            seed=self.settings.seed,  # the vllm engine's knobs and seed,
+            ranks=self.ranks,
+            revision=self.settings.model.revision,
+        )  # its rank, the model's pinned commit
+        self.generate = StoppableGenerator(
+            make_generator(t.generation_backend, self.policies, self.tokenizer, temperature=t.temperature, **common)
+        )
+        self.eval_generate = StoppableGenerator(
+            make_generator(
+                t.generation_backend, self.policies, self.tokenizer, temperature=t.eval_temperature, **common
+            )
+        )
         self.timings = {"update_s": 0.0, "checkpoint_s": 0.0}  # the longest seen: what a signal must wait for
         self.resumed_at: int | None = None  # the step resume() restored (its eval may reuse saved chunks)
         self._load_problems()
         self.train_rows, self.eval_rows, self.sample_rows = [], [], []  # the parquet logs' rows, as dicts
         self.warning_rows: list[dict[str, Any]] = []  # early warnings (early_warning.py): warnings.parquet
         self.warning_thresholds = early_warning.thresholds_of(self.cfg["training"])
-        self.peak = PeakKeeper(self.work, next(iter(self.eval_splits)), self.settings.peak_smoothing_window,
-                               enabled=self.ranks.is_main)  # the policies at the best smoothed eval so far
+        self.peak = PeakKeeper(
+            self.work, next(iter(self.eval_splits)), self.settings.peak_smoothing_window, enabled=self.ranks.is_main
+        )  # the policies at the best smoothed eval so far
         # the optional tracker mirrors the rows after each completed step and at publish (rank 0's alone)
-        self.tracker = tracking.Tracker(self.cfg if self.ranks.is_main else {**self.cfg, "tracking": {}},
-                                        self.run_dir, self.log)
+        self.tracker = tracking.Tracker(
+            self.cfg if self.ranks.is_main else {**self.cfg, "tracking": {}}, self.run_dir, self.log
+        )
 
     def _load_problems(self) -> None:
         """The train problems and each eval split's (its eval_problems, else training's), from the sources."""
@@ -160,9 +182,19 @@ class Trainer:
 
     def policy_rows(self, policy: Policy, turns: list[Turn]) -> list[Row]:
         """The step's training samples of `policy`: its roles' turns that generated tokens."""
-        return [Row(t.role, t.completion.prompt_ids, t.completion.completion_ids, t.advantage, t.reward,
-                    row_agent(t.role, t.agent, self.workflow.parallel_role), t.completion.logprobs)
-                for t in turns if self.routing[t.role] == policy.name and t.completion.completion_ids]
+        return [
+            Row(
+                t.role,
+                t.completion.prompt_ids,
+                t.completion.completion_ids,
+                t.advantage,
+                t.reward,
+                row_agent(t.role, t.agent, self.workflow.parallel_role),
+                t.completion.logprobs,
+            )
+            for t in turns
+            if self.routing[t.role] == policy.name and t.completion.completion_ids
+        ]
 
     def train_step(self, step: int) -> None:
         t0 = time.time()
@@ -171,8 +203,11 @@ class Trainer:
         turns = [t for ep in episodes for t in ep.turns]
         zero_var = early_warning.zero_variance_shares(episodes, group_of)  # early warning: advantage collapse
         # training-inference mismatch per role, before the update (vllm only: HF logps are the trainer's)
-        mismatch = logp_mismatch(self.policies, turns, self.t.temperature, self.ranks) \
-            if self.t.generation_backend == "vllm" else {}
+        mismatch = (
+            logp_mismatch(self.policies, turns, self.t.temperature, self.ranks)
+            if self.t.generation_backend == "vllm"
+            else {}
+        )
         self.generate.before_update()  # vllm enable_sleep_mode: the engine sleeps through the update
         for policy in self.policies:
             stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
@@ -182,24 +217,33 @@ class Trainer:
                 rewards = torch.tensor([t.reward for t in rt], dtype=torch.float64)
                 s = stats.get(role, {})
                 tokens = s.get("tokens", 0.0) or float("nan")
-                self.train_rows.append({
-                    "step": step, "role": role, "policy": policy.name, "n_turns": len(rt),
-                    "n_tokens": int(sum(len(t.completion.completion_ids) for t in rt)),
-                    "reward_mean": float(rewards.mean()) if len(rt) else float("nan"),
-                    "reward_std": float(rewards.std()) if len(rt) > 1 else float("nan"),
-                    "adv_abs_mean": sum(abs(t.advantage) for t in rt) / len(rt) if rt else float("nan"),
-                    "loss": s.get("loss", float("nan")), "grad_norm": s.get("grad_norm", float("nan")),
-                    "grad_sq_share": s.get("grad_sq_share", float("nan")),
-                    "grad_cos_others": s.get("grad_cos_others", float("nan")),
-                    "entropy": s.get("entropy", float("nan")) / tokens, "kl": s.get("kl", float("nan")) / tokens,
-                    "clip_ratio": s.get("clipped", float("nan")) / tokens,
-                    "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
-                    "lr": lr, "skipped": bool(s.get("skipped", False)), "time_s": time.time() - t0,
-                    "logp_mismatch": mismatch.get(role, float("nan")),
-                    "zero_var_group_share": zero_var.get(role, float("nan")),
-                    **{k: s[k] for k in IS_COLUMNS if k in s},  # vllm_importance_sampling_correction's ratio
-                    **(agent_columns(s) if self.t.agent_gradients else {}),  # per-agent gradients (voters, workers)
-                })
+                self.train_rows.append(
+                    {
+                        "step": step,
+                        "role": role,
+                        "policy": policy.name,
+                        "n_turns": len(rt),
+                        "n_tokens": int(sum(len(t.completion.completion_ids) for t in rt)),
+                        "reward_mean": float(rewards.mean()) if len(rt) else float("nan"),
+                        "reward_std": float(rewards.std()) if len(rt) > 1 else float("nan"),
+                        "adv_abs_mean": sum(abs(t.advantage) for t in rt) / len(rt) if rt else float("nan"),
+                        "loss": s.get("loss", float("nan")),
+                        "grad_norm": s.get("grad_norm", float("nan")),
+                        "grad_sq_share": s.get("grad_sq_share", float("nan")),
+                        "grad_cos_others": s.get("grad_cos_others", float("nan")),
+                        "entropy": s.get("entropy", float("nan")) / tokens,
+                        "kl": s.get("kl", float("nan")) / tokens,
+                        "clip_ratio": s.get("clipped", float("nan")) / tokens,
+                        "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
+                        "lr": lr,
+                        "skipped": bool(s.get("skipped", False)),
+                        "time_s": time.time() - t0,
+                        "logp_mismatch": mismatch.get(role, float("nan")),
+                        "zero_var_group_share": zero_var.get(role, float("nan")),
+                        **{k: s[k] for k in IS_COLUMNS if k in s},  # vllm_importance_sampling_correction's ratio
+                        **(agent_columns(s) if self.t.agent_gradients else {}),  # per-agent gradients (voters, workers)
+                    }
+                )
         self.generate.after_update(step)  # sync the updated weights into the vllm engine, verified
         self.timings["update_s"] = max(self.timings["update_s"], time.time() - t_update)
 
@@ -215,11 +259,28 @@ class Trainer:
         progress.discard(keep=step == self.resumed_at)  # saved chunks are of the policies resumed with
         for i, (split, problems) in enumerate(self.eval_splits.items()):
             t0 = time.time()
-            episodes = run_split(self.workflow, self.eval_generate, self.ranks, problems, self.t.eval_samples,
-                                 self.t.eval_chunk_problems, lambda c: chunk_seed(self.settings.seed, step, c),
-                                 progress, i)
-            row, samples = split_rows(step, split, episodes, self.t.eval_samples, self.workflow, self.task,
-                                      self.settings.seed, self.t.samples_per_eval, time.time() - t0)
+            episodes = run_split(
+                self.workflow,
+                self.eval_generate,
+                self.ranks,
+                problems,
+                self.t.eval_samples,
+                self.t.eval_chunk_problems,
+                lambda c: chunk_seed(self.settings.seed, step, c),
+                progress,
+                i,
+            )
+            row, samples = split_rows(
+                step,
+                split,
+                episodes,
+                self.t.eval_samples,
+                self.workflow,
+                self.task,
+                self.settings.seed,
+                self.t.samples_per_eval,
+                time.time() - t0,
+            )
             eval_rows.append(row)
             sample_rows += samples
         if progress.resumed:
@@ -286,15 +347,19 @@ class Trainer:
         for generator in (self.generate, self.eval_generate):
             generator.close()
 
-    def log_step(self, step: int, start: int, t_start: float, t0: float, tokens_before: int, chunks_before: int) -> None:
+    def log_step(
+        self, step: int, start: int, t_start: float, t0: float, tokens_before: int, chunks_before: int
+    ) -> None:
         """The progress line of a finished step."""
         elapsed = time.time() - t_start
         rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
         tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
         left = elapsed / (step - start) * (self.t.max_steps - step)
-        self.log(f"step {step}/{self.t.max_steps} reward {rewards} | eval {self._eval_summary()} | "
-                 f"{tok_s:.0f} tok/s, {self.generate.chunks - chunks_before} generate chunks | "
-                 f"{elapsed:.0f}s elapsed, {left:.0f}s left")
+        self.log(
+            f"step {step}/{self.t.max_steps} reward {rewards} | eval {self._eval_summary()} | "
+            f"{tok_s:.0f} tok/s, {self.generate.chunks - chunks_before} generate chunks | "
+            f"{elapsed:.0f}s elapsed, {left:.0f}s left"
+        )
 
     def save_on_stop(self, completed: int) -> None:
         """Checkpoint the state after step `completed` (unless saved already): what a signal keeps."""
@@ -302,8 +367,10 @@ class Trainer:
         if not saved and (completed > 0 or self.eval_rows):
             self.checkpoint(completed)
         self.write_progress(completed, "stopped")
-        self.log(f"step {completed}/{self.t.max_steps}: the job was signalled; the step in progress was "
-                 f"abandoned, checkpoint step-{completed:06d} holds every completed step, stopping")
+        self.log(
+            f"step {completed}/{self.t.max_steps}: the job was signalled; the step in progress was "
+            f"abandoned, checkpoint step-{completed:06d} holds every completed step, stopping"
+        )
 
     def check_skipped(self, step: int) -> None:
         """Log a skipped update; fail once more than `max_skipped` steps were skipped."""
@@ -312,16 +379,20 @@ class Trainer:
             self.log(f"step {step}: non-finite loss or gradient, update skipped ({len(skipped)} so far)")
         limit = self.t.max_skipped
         if len(skipped) > limit:
-            raise TrainingError(f"run {self.settings.run}: {len(skipped)} steps skipped for a non-finite loss or "
-                                f"gradient (training.max_skipped = {limit}), at steps {skipped}")
+            raise TrainingError(
+                f"run {self.settings.run}: {len(skipped)} steps skipped for a non-finite loss or "
+                f"gradient (training.max_skipped = {limit}), at steps {skipped}"
+            )
 
     def check_warnings(self, step: int) -> list[dict[str, Any]]:
         """The early warnings whose onset is this step: kept for warnings.parquet and logged."""
         found = early_warning.warnings_at(self.train_rows, step, self.warning_thresholds)
         self.warning_rows += found
         for w in found:
-            self.log(f"step {step}: WARNING {w['detector']} on {w['role']}: {w['value']:.3g} "
-                     f"(threshold {w['threshold']:.3g})")
+            self.log(
+                f"step {step}: WARNING {w['detector']} on {w['role']}: {w['value']:.3g} "
+                f"(threshold {w['threshold']:.3g})"
+            )
         return found
 
     def write_partial_logs(self) -> None:
@@ -330,7 +401,7 @@ class Trainer:
             self.write_logs(self.work)
 
     def _eval_summary(self) -> str:
-        last = self.eval_rows[-len(self.eval_splits):]
+        last = self.eval_rows[-len(self.eval_splits) :]
         return " ".join(f"{r['split']}={r['accuracy']:.3f}@{r['step']}" for r in last)
 
     def checkpoint(self, step: int) -> None:
@@ -338,8 +409,15 @@ class Trainer:
         if not self.ranks.is_main:  # DDP: rank 0 writes; every rank holds the same state
             return
         t_ckpt = time.time()
-        save_checkpoint(self.work, step, self.cfg, self.policies, self.sampler_state(step),
-                        lambda d: (self.write_logs(d), self.peak.link_into(d)), self.t.keep_last)
+        save_checkpoint(
+            self.work,
+            step,
+            self.cfg,
+            self.policies,
+            self.sampler_state(step),
+            lambda d: (self.write_logs(d), self.peak.link_into(d)),
+            self.t.keep_last,
+        )
         self.timings["checkpoint_s"] = max(self.timings["checkpoint_s"], time.time() - t_ckpt)
 
     def sampler_state(self, step: int) -> dict[str, int]:
@@ -350,19 +428,28 @@ class Trainer:
         """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
         if not self.ranks.is_main:  # DDP: rank 0 writes
             return
-        rundir.write_json_atomic({"run": self.settings.run, "step": step, "max_steps": self.t.max_steps,
-                                  "phase": phase, "host": socket.gethostname(), "pid": os.getpid(),
-                                  **{k: round(v, 3) for k, v in self.timings.items()},
-                                  "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
-                                 self.work / rundir.PROGRESS_JSON)
+        rundir.write_json_atomic(
+            {
+                "run": self.settings.run,
+                "step": step,
+                "max_steps": self.t.max_steps,
+                "phase": phase,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                **{k: round(v, 3) for k, v in self.timings.items()},
+                "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+            self.work / rundir.PROGRESS_JSON,
+        )
 
     def resume(self) -> int:
         """Load the newest whole checkpoint, if any; return the step it ends at (0: start afresh).
 
         Refuses a checkpoint written under another config, naming the keys that changed.
         """
-        step, logs = load_checkpoint(self.work, self.cfg, self.policies, self.sampler_state, self.log,
-                                     clean_up=self.ranks.is_main)  # DDP: rank 0 removes a partial one
+        step, logs = load_checkpoint(
+            self.work, self.cfg, self.policies, self.sampler_state, self.log, clean_up=self.ranks.is_main
+        )  # DDP: rank 0 removes a partial one
         self.resumed_at = step  # the eval of this step may reuse saved chunks (evaluation.py)
         if step:
             self.train_rows, self.eval_rows, self.sample_rows = logs["train"], logs["eval"], logs["samples"]
@@ -371,19 +458,34 @@ class Trainer:
         return step
 
     def write_logs(self, directory: Path) -> None:
-        write_run_logs(directory, {"train": self.train_rows, "eval": self.eval_rows, "samples": self.sample_rows,
-                                   "warnings": self.warning_rows})
+        write_run_logs(
+            directory,
+            {
+                "train": self.train_rows,
+                "eval": self.eval_rows,
+                "samples": self.sample_rows,
+                "warnings": self.warning_rows,
+            },
+        )
 
     def publish(self, steps_done: int, wall_time_s: float, stopped_early: dict[str, Any] | None = None) -> dict:
         """The run's logs into its directory, each atomically, and done.json last (DDP: rank 0); a run
         ended by an early warning (training.on_warning: stop) names it in done.json's `stopped_early`."""
-        done = {"run": self.settings.run, "steps_done": steps_done, "steps_expected": self.t.max_steps,
-                "config_hash": self.settings.config_hash, "wall_time_s": wall_time_s,
-                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        done = {
+            "run": self.settings.run,
+            "steps_done": steps_done,
+            "steps_expected": self.t.max_steps,
+            "config_hash": self.settings.config_hash,
+            "wall_time_s": wall_time_s,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
         if stopped_early:
             done["stopped_early"] = {k: stopped_early[k] for k in ("step", "role", "detector", "value", "threshold")}
-            done["stopped_early"].update(step=int(stopped_early["step"]), value=float(stopped_early["value"]),
-                                         threshold=float(stopped_early["threshold"]))
+            done["stopped_early"].update(
+                step=int(stopped_early["step"]),
+                value=float(stopped_early["value"]),
+                threshold=float(stopped_early["threshold"]),
+            )
         if not self.ranks.is_main:
             return done
         self.write_logs(self.run_dir)

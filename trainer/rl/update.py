@@ -19,8 +19,14 @@ import torch
 
 from trainer.rl.agent_gradients import role_agent_metrics
 from trainer.rl.distributed import Ranks
-from trainer.rl.grpo import (LOSS_AGGREGATIONS, BatchTotals, grpo_token_loss, per_token_logps,
-                             per_token_logps_shared_prompts, vllm_importance_sampling_ratio)
+from trainer.rl.grpo import (
+    LOSS_AGGREGATIONS,
+    BatchTotals,
+    grpo_token_loss,
+    per_token_logps,
+    per_token_logps_shared_prompts,
+    vllm_importance_sampling_ratio,
+)
 from trainer.rl.policies import Policy, PolicySet
 from trainer.settings import TrainingSettings
 
@@ -61,6 +67,7 @@ class GradientRecorder:
                 bufs.append(self.agent_grads.setdefault((self.role, self.agent), [None] * n))
             for buf in bufs:
                 buf[i] = grad.detach().float().clone() if buf[i] is None else buf[i] + grad.detach().float()
+
         return hook
 
     def reset(self) -> None:
@@ -78,8 +85,10 @@ class GradientRecorder:
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Per role: norm of its gradient, its share of the summed squared norms, cosine with the others'."""
-        flat = {r: torch.cat([g.flatten() for g in gs if g is not None]) if any(g is not None for g in gs)
-                else None for r, gs in self.grads.items()}
+        flat = {
+            r: torch.cat([g.flatten() for g in gs if g is not None]) if any(g is not None for g in gs) else None
+            for r, gs in self.grads.items()
+        }
         flat = {r: v for r, v in flat.items() if v is not None}
         sq = {r: float(v.pow(2).sum()) for r, v in flat.items()}
         total_sq = sum(sq.values())
@@ -88,9 +97,11 @@ class GradientRecorder:
         for r, v in flat.items():
             others = total - v
             denom = float(v.norm() * others.norm())
-            out[r] = {"grad_norm": math.sqrt(sq[r]),
-                      "grad_sq_share": sq[r] / total_sq if total_sq > 0 else float("nan"),
-                      "grad_cos_others": float(v @ others) / denom if len(flat) > 1 and denom > 0 else float("nan")}
+            out[r] = {
+                "grad_norm": math.sqrt(sq[r]),
+                "grad_sq_share": sq[r] / total_sq if total_sq > 0 else float("nan"),
+                "grad_cos_others": float(v @ others) / denom if len(flat) > 1 and denom > 0 else float("nan"),
+            }
         for r, m in role_agent_metrics(self.agent_grads, self.shapes).items():
             out.setdefault(r, {}).update(m)
         return out
@@ -100,8 +111,11 @@ def micro_batches(rows: list[Row], token_budget: int, by_agent: bool = False) ->
     """Rows grouped by role (so gradients can be attributed), and by agent within a role when `by_agent`
     (agents in index order, rows in their order), chunked so rows x width <= budget."""
     batches = []
-    groups = [(role, agent) for role in dict.fromkeys(r.role for r in rows)
-              for agent in (sorted({r.agent for r in rows if r.role == role}) if by_agent else [None])]
+    groups = [
+        (role, agent)
+        for role in dict.fromkeys(r.role for r in rows)
+        for agent in (sorted({r.agent for r in rows if r.role == role}) if by_agent else [None])
+    ]
     for role, agent in groups:
         current: list[Row] = []
         for row in (r for r in rows if r.role == role and agent in (None, r.agent)):
@@ -124,15 +138,16 @@ def collate(rows: list[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, t
     cmask = torch.zeros((len(rows), c_len), dtype=torch.float32)
     for i, r in enumerate(rows):
         p, c = len(r.prompt_ids), len(r.completion_ids)
-        ids[i, p_len - p:p_len] = torch.tensor(r.prompt_ids)
-        ids[i, p_len:p_len + c] = torch.tensor(r.completion_ids)
-        attn[i, p_len - p:p_len + c] = 1
+        ids[i, p_len - p : p_len] = torch.tensor(r.prompt_ids)
+        ids[i, p_len : p_len + c] = torch.tensor(r.completion_ids)
+        attn[i, p_len - p : p_len + c] = 1
         cmask[i, :c] = 1
     return ids, attn, cmask
 
 
-def collate_shared_prompts(rows: list[Row], pad_id: int
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate_shared_prompts(
+    rows: list[Row], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The rows' distinct prompts left-padded, each row's prompt index, and its completion right-padded:
     (prompt_ids, prompt_mask, prompt_of, completion_ids, completion_attention, completion_mask)."""
     distinct: dict[tuple[int, ...], int] = {}
@@ -142,13 +157,13 @@ def collate_shared_prompts(rows: list[Row], pad_id: int
     prompt_ids = torch.full((len(distinct), p_len), pad_id, dtype=torch.long)
     prompt_mask = torch.zeros_like(prompt_ids)
     for i, p in enumerate(distinct):
-        prompt_ids[i, p_len - len(p):] = torch.tensor(p)
-        prompt_mask[i, p_len - len(p):] = 1
+        prompt_ids[i, p_len - len(p) :] = torch.tensor(p)
+        prompt_mask[i, p_len - len(p) :] = 1
     completion_ids = torch.full((len(rows), c_len), pad_id, dtype=torch.long)
     cmask = torch.zeros((len(rows), c_len), dtype=torch.float32)
     for i, r in enumerate(rows):
-        completion_ids[i, :len(r.completion_ids)] = torch.tensor(r.completion_ids)
-        cmask[i, :len(r.completion_ids)] = 1
+        completion_ids[i, : len(r.completion_ids)] = torch.tensor(r.completion_ids)
+        cmask[i, : len(r.completion_ids)] = 1
     return prompt_ids, prompt_mask, prompt_of, completion_ids, cmask.long(), cmask
 
 
@@ -164,8 +179,9 @@ IS_COLUMNS = ("importance_sampling_ratio_mean", "importance_sampling_ratio_min",
 class PolicyUpdater:
     """Updates the policies of a PolicySet, one at a time, recording each role's gradient."""
 
-    def __init__(self, policies: PolicySet, training: TrainingSettings, pad_id: int, device: str,
-                 ranks: Ranks | None = None):
+    def __init__(
+        self, policies: PolicySet, training: TrainingSettings, pad_id: int, device: str, ranks: Ranks | None = None
+    ):
         self.policies, self.t, self.pad_id, self.device = policies, training, pad_id, device
         self.ranks = ranks or Ranks.single()
         self.recorders = {p.name: GradientRecorder(p.params) for p in policies}
@@ -197,14 +213,16 @@ class PolicyUpdater:
         model.train()
         recorder = self.recorders[policy.name]
         recorder.reset()
-        totals = BatchTotals(n_sequences=int(n_seq), n_tokens=int(n_tok),
-                             max_completion_length=self.t.max_completion_length)
+        totals = BatchTotals(
+            n_sequences=int(n_seq), n_tokens=int(n_tok), max_completion_length=self.t.max_completion_length
+        )
         by_agent = self.t.agent_gradients
         # Without a KL term a row with zero advantage has exactly zero gradient: it is not back-
         # propagated, only its entropy (a logged statistic) is computed, without a graph.
         idle = [r for r in rows if self.t.beta == 0 and r.advantage == 0]
-        batches = micro_batches([r for r in rows if not (self.t.beta == 0 and r.advantage == 0)],
-                                self.t.micro_batch_tokens, by_agent)
+        batches = micro_batches(
+            [r for r in rows if not (self.t.beta == 0 and r.advantage == 0)], self.t.micro_batch_tokens, by_agent
+        )
         idle_batches = micro_batches(idle, self.t.micro_batch_tokens, by_agent)
         old_logps = None
         if self.t.num_iterations > 1:  # the sampling policy's log-probs, before any update
@@ -245,8 +263,15 @@ class PolicyUpdater:
             s["skipped"] = not finite
         return stats
 
-    def _backward(self, policy: Policy, model: torch.nn.Module, batch: list[Row], old: torch.Tensor | None,
-                  totals: BatchTotals, s: dict[str, float]) -> bool:
+    def _backward(
+        self,
+        policy: Policy,
+        model: torch.nn.Module,
+        batch: list[Row],
+        old: torch.Tensor | None,
+        totals: BatchTotals,
+        s: dict[str, float],
+    ) -> bool:
         """Loss and backward of one micro-batch, its sums added to `s`; whether the loss is finite."""
         logps, entropy, cmask = self.logps(model, batch, with_entropy=True)
         old = old if old is not None else logps.detach()
@@ -257,8 +282,9 @@ class PolicyUpdater:
                 ref = self.logps(ref_model, batch)[0]
             self.policies.model(policy.name)
         adv = torch.tensor([r.advantage for r in batch], dtype=torch.float32, device=self.device)
-        token = grpo_token_loss(logps, old, adv, self.t.epsilon, self.t.clip_high, self.t.beta, ref,
-                                self.t.use_bias_correction_kl)
+        token = grpo_token_loss(
+            logps, old, adv, self.t.epsilon, self.t.clip_high, self.t.beta, ref, self.t.use_bias_correction_kl
+        )
         ratio = self._ratio(batch, old, cmask, s)
         loss = LOSS_AGGREGATIONS[self.t.loss_type](token.loss if ratio is None else token.loss * ratio, cmask, totals)
         finite = bool(torch.isfinite(loss))
@@ -282,8 +308,9 @@ class PolicyUpdater:
         s["tokens"] += float(cmask.sum())
         return bool(torch.isfinite(logps).all())
 
-    def _ratio(self, batch: list[Row], old: torch.Tensor, cmask: torch.Tensor, s: dict[str, float]
-               ) -> torch.Tensor | None:
+    def _ratio(
+        self, batch: list[Row], old: torch.Tensor, cmask: torch.Tensor, s: dict[str, float]
+    ) -> torch.Tensor | None:
         """TRL's importance ratio of a micro-batch (grpo.vllm_importance_sampling_ratio) between the trainer's
         log-probs before the update (`old`) and the engine's; None when off or a row has no engine log-probs.
         Its sum, count, min and max (over completion tokens, or sequences in the sequence_* modes, as TRL
@@ -293,12 +320,19 @@ class PolicyUpdater:
         engine = torch.zeros_like(cmask)
         for i, r in enumerate(batch):
             if len(r.engine_logps) != len(r.completion_ids):
-                raise ValueError(f"role {r.role}: {len(r.engine_logps)} engine log-probs for "
-                                 f"{len(r.completion_ids)} completion tokens")
-            engine[i, :len(r.engine_logps)] = torch.tensor(r.engine_logps, dtype=cmask.dtype)
-        ratio = vllm_importance_sampling_ratio(old, engine, cmask, self.t.vllm_importance_sampling_mode,
-                                               self.t.vllm_importance_sampling_clip_min,
-                                               self.t.vllm_importance_sampling_clip_max)
+                raise ValueError(
+                    f"role {r.role}: {len(r.engine_logps)} engine log-probs for "
+                    f"{len(r.completion_ids)} completion tokens"
+                )
+            engine[i, : len(r.engine_logps)] = torch.tensor(r.engine_logps, dtype=cmask.dtype)
+        ratio = vllm_importance_sampling_ratio(
+            old,
+            engine,
+            cmask,
+            self.t.vllm_importance_sampling_mode,
+            self.t.vllm_importance_sampling_clip_min,
+            self.t.vllm_importance_sampling_clip_max,
+        )
         flat = ratio.flatten() if ratio.shape[1] == 1 else ratio[cmask.bool()]
         if self.first_pass and flat.numel():
             s["is_sum"] = s.get("is_sum", 0.0) + float(flat.sum())
@@ -310,10 +344,17 @@ class PolicyUpdater:
     def _reduce_ratio_stats(self, stats: dict[str, dict[str, float]], roles: list[str]) -> None:
         """Each role's importance-ratio mean, min and max over every rank's rows (train.parquet's IS_COLUMNS)."""
         sums = self.ranks.sum_floats([stats.get(r, {}).get(k, 0.0) for r in roles for k in ("is_sum", "is_n")])
-        bounds = self.ranks.all_gather([(stats.get(r, {}).get("is_min", math.inf),
-                                         stats.get(r, {}).get("is_max", -math.inf)) for r in roles])
+        bounds = self.ranks.all_gather(
+            [(stats.get(r, {}).get("is_min", math.inf), stats.get(r, {}).get("is_max", -math.inf)) for r in roles]
+        )
         for i, role in enumerate(roles):
             if role in stats and sums[2 * i + 1] > 0:
-                mine = bounds[i::len(roles)]  # this role's (min, max) on each rank
-                stats[role].update(dict(zip(IS_COLUMNS, (sums[2 * i] / sums[2 * i + 1], min(b[0] for b in mine),
-                                                         max(b[1] for b in mine)))))
+                mine = bounds[i :: len(roles)]  # this role's (min, max) on each rank
+                stats[role].update(
+                    dict(
+                        zip(
+                            IS_COLUMNS,
+                            (sums[2 * i] / sums[2 * i + 1], min(b[0] for b in mine), max(b[1] for b in mine)),
+                        )
+                    )
+                )

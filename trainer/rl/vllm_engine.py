@@ -42,8 +42,8 @@ from trainer.sweep.preflight import served_lora_rank, vllm_settings
 from trainer.workflows import Completion
 
 # one engine per PolicySet: the train and eval generators (two temperatures) share it
-_ENGINES: "weakref.WeakKeyDictionary[PolicySet, VLLMEngine]" = weakref.WeakKeyDictionary()
-_VERIFIERS: "weakref.WeakKeyDictionary[PolicySet, SyncVerifier]" = weakref.WeakKeyDictionary()  # and its sync checks
+_ENGINES: weakref.WeakKeyDictionary[PolicySet, VLLMEngine] = weakref.WeakKeyDictionary()
+_VERIFIERS: weakref.WeakKeyDictionary[PolicySet, SyncVerifier] = weakref.WeakKeyDictionary()  # and its sync checks
 
 
 def cpu_environment(threads: int) -> None:
@@ -64,9 +64,18 @@ def no_chunked_prefill_on_cpu(max_model_len: int, cuda: bool | None = None) -> d
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 8192)}
 
 
-def engine_arguments(*, model: str, revision: str | None, dtype: Any, seed: int, ranks: Ranks,
-                     training: dict[str, Any], max_model_len: int, lora: dict[str, Any],
-                     cuda: bool) -> dict[str, Any]:
+def engine_arguments(
+    *,
+    model: str,
+    revision: str | None,
+    dtype: Any,
+    seed: int,
+    ranks: Ranks,
+    training: dict[str, Any],
+    max_model_len: int,
+    lora: dict[str, Any],
+    cuda: bool,
+) -> dict[str, Any]:
     """The keyword arguments of this rank's `vllm.LLM` (a pure function: tests check them per rank).
 
     The model at the trainer's pinned `revision` (an offline node may hold that commit and not
@@ -77,12 +86,22 @@ def engine_arguments(*, model: str, revision: str | None, dtype: Any, seed: int,
     """
     knobs = vllm_settings(training)
     max_len = knobs["max_model_len"] or max_model_len
-    args = dict(model=model, tokenizer=model, revision=revision, tokenizer_revision=revision, dtype=dtype,
-                seed=rank_seed(seed, ranks.rank), max_model_len=max_len,
-                gpu_memory_utilization=knobs["gpu_memory_utilization"], enforce_eager=knobs["enforce_eager"],
-                enable_sleep_mode=knobs["enable_sleep_mode"], tensor_parallel_size=knobs["tensor_parallel_size"],
-                logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer's
-                **lora, **no_chunked_prefill_on_cpu(max_len, cuda))
+    args = dict(
+        model=model,
+        tokenizer=model,
+        revision=revision,
+        tokenizer_revision=revision,
+        dtype=dtype,
+        seed=rank_seed(seed, ranks.rank),
+        max_model_len=max_len,
+        gpu_memory_utilization=knobs["gpu_memory_utilization"],
+        enforce_eager=knobs["enforce_eager"],
+        enable_sleep_mode=knobs["enable_sleep_mode"],
+        tensor_parallel_size=knobs["tensor_parallel_size"],
+        logprobs_mode="processed_logprobs",  # log-probs after temperature, as the trainer's
+        **lora,
+        **no_chunked_prefill_on_cpu(max_len, cuda),
+    )
     if ranks.active:
         args["distributed_executor_backend"] = "external_launcher"
     return args
@@ -98,15 +117,27 @@ def engine_environment(ranks: Ranks, device: int) -> dict[str, str]:
     """
     if not ranks.active:
         return {}
-    return {"RANK": str(ranks.rank), "LOCAL_RANK": str(device), "WORLD_SIZE": str(ranks.world_size),
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    return {
+        "RANK": str(ranks.rank),
+        "LOCAL_RANK": str(device),
+        "WORLD_SIZE": str(ranks.world_size),
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    }
 
 
 class VLLMEngine:
     """The engine, the adapters it serves (policy -> LoRARequest) and their sync."""
 
-    def __init__(self, policies: PolicySet, tokenizer: Any, training: dict[str, Any], max_model_len: int,
-                 seed: int, ranks: Ranks | None = None, revision: str | None = None):
+    def __init__(
+        self,
+        policies: PolicySet,
+        tokenizer: Any,
+        training: dict[str, Any],
+        max_model_len: int,
+        seed: int,
+        ranks: Ranks | None = None,
+        revision: str | None = None,
+    ):
         from vllm import LLM
 
         self.policies, self.tokenizer, self.training = policies, tokenizer, training
@@ -114,13 +145,26 @@ class VLLMEngine:
         names = list(policies.policies)
         base = policies.peft.base_model.model if policies.finetune == "lora" else policies.models[names[0]]
         dtype = next(base.parameters()).dtype
-        lora = {"enable_lora": True, "max_loras": len(names), "max_lora_rank": served_lora_rank(training)} \
-            if policies.finetune == "lora" else {}
+        lora = (
+            {"enable_lora": True, "max_loras": len(names), "max_lora_rank": served_lora_rank(training)}
+            if policies.finetune == "lora"
+            else {}
+        )
         cuda = torch.cuda.is_available()
         os.environ.update(engine_environment(ranks, device_index(ranks) if cuda else 0))
-        self.llm = LLM(**engine_arguments(model=base.config._name_or_path, revision=revision, dtype=dtype, seed=seed,
-                                          ranks=ranks, training=training, max_model_len=max_model_len, lora=lora,
-                                          cuda=cuda))
+        self.llm = LLM(
+            **engine_arguments(
+                model=base.config._name_or_path,
+                revision=revision,
+                dtype=dtype,
+                seed=seed,
+                ranks=ranks,
+                training=training,
+                max_model_len=max_model_len,
+                lora=lora,
+                cuda=cuda,
+            )
+        )
         ranks.barrier()  # every rank's engine is up (each loads the model) before any goes on, as TRL does
         self.sleep_mode = bool(vllm_settings(training)["enable_sleep_mode"])
         self.asleep = False
@@ -155,8 +199,10 @@ class VLLMEngine:
                 self.next_id += 1  # a fresh id: the same id would be served stale
                 if old is not None:
                     self.llm.llm_engine.remove_lora(old.lora_int_id)
-                    shutil.rmtree(os.path.dirname(old.lora_path) if old.lora_path.endswith(f"/{name}")
-                                  else old.lora_path, ignore_errors=True)
+                    shutil.rmtree(
+                        os.path.dirname(old.lora_path) if old.lora_path.endswith(f"/{name}") else old.lora_path,
+                        ignore_errors=True,
+                    )
         self.llm.reset_prefix_cache()
         self.synced_step = step
 
@@ -166,8 +212,9 @@ class VLLMEngine:
 
         self.wake_up()
         lora = [self.requests.get(p) for p in policies] if self.policies.finetune == "lora" else None
-        return self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_ids], sampling,
-                                 lora_request=lora, use_tqdm=False)
+        return self.llm.generate(
+            [TokensPrompt(prompt_token_ids=ids) for ids in token_ids], sampling, lora_request=lora, use_tqdm=False
+        )
 
     def sleep(self) -> None:
         """`enable_sleep_mode`: free the engine's GPU memory for the update, as TRL's colocate mode does.
@@ -191,10 +238,23 @@ class VLLMEngine:
 class VLLMGenerator:
     """GenerationBackend over the run's shared VLLMEngine: one `generate` per stage, every policy in it."""
 
-    def __init__(self, policies: PolicySet, tokenizer: Any, *, max_new_tokens: int, temperature: float,
-                 top_p: float = 1.0, enable_thinking: bool = False, device: str | torch.device = "cpu",
-                 generation_memory_gb: float | None = None, training: dict[str, Any] | None = None,
-                 seed: int = 0, max_model_len: int = 4096, ranks: Ranks | None = None, revision: str | None = None):
+    def __init__(
+        self,
+        policies: PolicySet,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        enable_thinking: bool = False,
+        device: str | torch.device = "cpu",
+        generation_memory_gb: float | None = None,
+        training: dict[str, Any] | None = None,
+        seed: int = 0,
+        max_model_len: int = 4096,
+        ranks: Ranks | None = None,
+        revision: str | None = None,
+    ):
         self.policies, self.tokenizer = policies, tokenizer
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.enable_thinking, self.device = enable_thinking, device
@@ -213,9 +273,18 @@ class VLLMGenerator:
         of the sampled tokens, a seed per request."""
         from vllm import SamplingParams
 
-        return [SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=0 if self.temperature else -1,
-                               max_tokens=self.max_new_tokens, stop_token_ids=list(self.stop_ids),
-                               logprobs=0, seed=(seed + i) % 2**31) for i in range(n)]
+        return [
+            SamplingParams(
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=0 if self.temperature else -1,
+                max_tokens=self.max_new_tokens,
+                stop_token_ids=list(self.stop_ids),
+                logprobs=0,
+                seed=(seed + i) % 2**31,
+            )
+            for i in range(n)
+        ]
 
     def __call__(self, role: str, prompts: list[str]) -> list[Completion]:
         """Generate for one role (the workflows' interface): one engine call."""
@@ -238,8 +307,14 @@ class VLLMGenerator:
             token_ids = list(o.token_ids)
             logps = [lp[t].logprob for t, lp in zip(token_ids, o.logprobs or [])]
             self.generated_tokens += len(token_ids)
-            results.append(Completion(text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
-                                      prompt_ids=list(prompt), completion_ids=token_ids, logprobs=logps))
+            results.append(
+                Completion(
+                    text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                    prompt_ids=list(prompt),
+                    completion_ids=token_ids,
+                    logprobs=logps,
+                )
+            )
         return results
 
     def before_update(self) -> None:

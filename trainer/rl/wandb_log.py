@@ -11,8 +11,9 @@ resumes the run (trainer/rl/tracking.py), and the tests read the history back th
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 BLOCK = 32768
 CHUNK_HEADER = 7  # checksum uint32, length uint16, type uint8
@@ -31,11 +32,11 @@ def records(path: str | Path) -> Iterator[Any]:
         if BLOCK - pos % BLOCK < CHUNK_HEADER:  # a block's tail too short for a chunk header is padding
             pos += BLOCK - pos % BLOCK
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + CHUNK_HEADER])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + CHUNK_HEADER])
         end = pos + CHUNK_HEADER + length
         if kind == 0 or end > len(data):  # zero fill, or a block the writer did not finish
             break
-        chunk = data[pos + CHUNK_HEADER:end]
+        chunk = data[pos + CHUNK_HEADER : end]
         buf = chunk if kind in (FULL, FIRST) else buf + chunk
         pos = end
         if kind in (FULL, LAST):
@@ -56,6 +57,10 @@ def history_key(item: Any) -> str:
 
 def last_step(store: str | Path, run_id: str) -> int:
     """The last history step the offline segments of `run_id` hold (-1: none)."""
-    steps = [r.history.step.num for f in segments(store, run_id) for r in records(f)
-             if r.WhichOneof("record_type") == "history"]
+    steps = [
+        r.history.step.num
+        for f in segments(store, run_id)
+        for r in records(f)
+        if r.WhichOneof("record_type") == "history"
+    ]
     return max(steps, default=-1)

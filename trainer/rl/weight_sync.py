@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -57,14 +58,18 @@ def sync_verdict(engine: torch.Tensor, new: torch.Tensor, old: torch.Tensor | No
         o = old.double().flatten()
         moved = float((n - o).norm())
         noise = min(float((a - n).norm()), float((a - o).norm())) / math.sqrt(len(a))
-        proj = float((a - o) @ (n - o)) / moved ** 2 if moved > 0 else 1.0
+        proj = float((a - o) @ (n - o)) / moved**2 if moved > 0 else 1.0
         if moved > 0 and moved >= 2 * STALE_Z * noise and proj < 0.5:
-            return (f"stale: its log-probs are closer to the weights before the update than after (projection "
-                    f"{proj:.2f} on the update; 1: the new weights, 0: the old)")
+            return (
+                f"stale: its log-probs are closer to the weights before the update than after (projection "
+                f"{proj:.2f} on the update; 1: the new weights, 0: the old)"
+            )
     tol = AGREEMENT_RMS.get(dtype, AGREEMENT_RMS[torch.bfloat16])
     if rms > tol:
-        return (f"rms |log p_engine - log p_trainer| = {rms:.4g} over the probe's {len(a)} log-probs, above the "
-                f"tolerance {tol} for {dtype}")
+        return (
+            f"rms |log p_engine - log p_trainer| = {rms:.4g} over the probe's {len(a)} log-probs, above the "
+            f"tolerance {tol} for {dtype}"
+        )
     return None
 
 
@@ -82,8 +87,9 @@ def swapped(params: list[torch.nn.Parameter], values: list[torch.Tensor]) -> Ite
 
 
 @torch.no_grad()
-def probe_logps(model: torch.nn.Module, prompt: list[int], tokens: list[int],
-                entries: list[tuple[int, int]]) -> torch.Tensor:
+def probe_logps(
+    model: torch.nn.Module, prompt: list[int], tokens: list[int], entries: list[tuple[int, int]]
+) -> torch.Tensor:
     """The trainer's log-probs of (position, token) `entries` after `prompt` + `tokens`."""
     device = next(model.parameters()).device
     seq = torch.tensor([prompt + tokens], device=device)
@@ -123,8 +129,10 @@ class SyncVerifier:
             gaps[name] = float((engine - new).pow(2).mean().sqrt())
             why = sync_verdict(engine, new, old, next(model.parameters()).dtype)
             if why is not None:
-                raise SyncError(f"step {step}: policy {name!r}: the engine does not serve the trainer's weights "
-                                f"after the sync: {why}")
+                raise SyncError(
+                    f"step {step}: policy {name!r}: the engine does not serve the trainer's weights "
+                    f"after the sync: {why}"
+                )
         self.synced = {p.name: [x.detach().to("cpu", copy=True) for x in p.params] for p in policies}
         return gaps
 
@@ -132,10 +140,13 @@ class SyncVerifier:
 def row_chunks(completion_lengths: list[int], positions: int) -> list[list[int]]:
     """Consecutive row indices grouped so that rows x longest completion + 1 <= `positions` (a longer row alone)."""
     chunks: list[list[int]] = []
-    for i, n in enumerate(completion_lengths):
+    for i, _n in enumerate(completion_lengths):
         last = chunks[-1] if chunks else None
-        if last and len(last) < MAX_ROWS and (len(last) + 1) * (max(completion_lengths[j] for j in last + [i]) + 1) \
-                <= positions:
+        if (
+            last
+            and len(last) < MAX_ROWS
+            and (len(last) + 1) * (max(completion_lengths[j] for j in last + [i]) + 1) <= positions
+        ):
             last.append(i)
         else:
             chunks.append([i])
@@ -143,8 +154,13 @@ def row_chunks(completion_lengths: list[int], positions: int) -> list[list[int]]
 
 
 @torch.no_grad()
-def completion_logps(model: torch.nn.Module, prompts: list[list[int]], completions: list[list[int]],
-                     temperature: float = 1.0, positions: int = LOGIT_POSITIONS) -> list[torch.Tensor]:
+def completion_logps(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    temperature: float = 1.0,
+    positions: int = LOGIT_POSITIONS,
+) -> list[torch.Tensor]:
     """Per row: the log-probs of its completion tokens under `model` (CPU float32).
 
     Prompts left-padded, completions right-padded (update.collate), logits kept at the completion
@@ -161,15 +177,16 @@ def completion_logps(model: torch.nn.Module, prompts: list[list[int]], completio
             tokens = torch.tensor(completions[i], device=device)
             parts = []
             for s in range(0, len(tokens), SLICE_POSITIONS):
-                lg = logits[j, s:min(s + SLICE_POSITIONS, len(tokens))].float() / temperature
-                parts.append(lg.gather(1, tokens[s:s + SLICE_POSITIONS, None])[:, 0] - torch.logsumexp(lg, dim=-1))
+                lg = logits[j, s : min(s + SLICE_POSITIONS, len(tokens))].float() / temperature
+                parts.append(lg.gather(1, tokens[s : s + SLICE_POSITIONS, None])[:, 0] - torch.logsumexp(lg, dim=-1))
             out[i] = torch.cat(parts).cpu()
         del logits
     return out
 
 
-def logp_mismatch(policies: PolicySet, turns: list[Any], temperature: float,
-                  ranks: Ranks | None = None) -> dict[str, float]:
+def logp_mismatch(
+    policies: PolicySet, turns: list[Any], temperature: float, ranks: Ranks | None = None
+) -> dict[str, float]:
     """Per role: mean |log p_engine - log p_trainer| over the sampled tokens of `turns` (those whose
     completions carry the engine's log-probs), the trainer's weights being the sampling ones. `turns`
     are every rank's (the same list on each); each rank scores its share, the sums are reduced."""
@@ -181,8 +198,12 @@ def logp_mismatch(policies: PolicySet, turns: list[Any], temperature: float,
         rows = [t for t in mine if t.role in policy.roles]
         if not rows:
             continue
-        logps = completion_logps(policies.model(policy.name), [t.completion.prompt_ids for t in rows],
-                                 [t.completion.completion_ids for t in rows], temperature)
+        logps = completion_logps(
+            policies.model(policy.name),
+            [t.completion.prompt_ids for t in rows],
+            [t.completion.completion_ids for t in rows],
+            temperature,
+        )
         for t, lp in zip(rows, logps):
             sums[t.role][0] += float((torch.tensor(t.completion.logprobs) - lp).abs().sum())
             sums[t.role][1] += len(lp)

@@ -32,16 +32,17 @@ import re
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import submitit
 
 from trainer.sweep import rundir
 from trainer.sweep.slurm_poll import squeue_jobs
 
-SPOOL_DIR = ".array-spool"   # beside the runs, like slurm_poll's .squeue.json
-JOBS_DIR = ".array-jobs"     # one submitit folder per array
+SPOOL_DIR = ".array-spool"  # beside the runs, like slurm_poll's .squeue.json
+JOBS_DIR = ".array-jobs"  # one submitit folder per array
 SUBMIT_LOCK = "submit.lock"  # held by the launcher that collects and submits
 ARRAY_COMMENT = "trainer-array:"
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default MaxArraySize
@@ -80,7 +81,7 @@ def plan_arrays(requests: list[dict[str, Any]], max_size: int) -> list[list[dict
     groups: dict[str, list[dict[str, Any]]] = {}
     for request in sorted(requests, key=lambda r: (r["requested_at"], r["tag"])):
         groups.setdefault(group_key(request), []).append(request)
-    return [group[i:i + max_size] for group in groups.values() for i in range(0, len(group), max_size)]
+    return [group[i : i + max_size] for group in groups.values() for i in range(0, len(group), max_size)]
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -118,10 +119,13 @@ def record_jobs(chunk: list[dict[str, Any]], job_ids: list[str], folder: Path, c
     waiting leaves a recorded job, which its rerun re-attaches to)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     for request, job_id in zip(chunk, job_ids):
-        rundir.write_json_atomic({**request["record"], "job_id": job_id, "folder": str(folder), "submitted_at": stamp,
-                                  "array": comment}, request["job_json"])
-        rundir.write_json_atomic({**request, "state": SUBMITTED, "job_id": job_id, "folder": str(folder)},
-                                 request["path"])
+        rundir.write_json_atomic(
+            {**request["record"], "job_id": job_id, "folder": str(folder), "submitted_at": stamp, "array": comment},
+            request["job_json"],
+        )
+        rundir.write_json_atomic(
+            {**request, "state": SUBMITTED, "job_id": job_id, "folder": str(folder)}, request["path"]
+        )
 
 
 def submit_chunk(spool: Path, chunk: list[dict[str, Any]], log: Log) -> None:
@@ -136,8 +140,9 @@ def submit_chunk(spool: Path, chunk: list[dict[str, Any]], log: Log) -> None:
     try:
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=chunk[0]["max_num_timeout"])
         job_name = chunk[0]["run"] + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")  # first run, how many more
-        ex.update_parameters(**chunk[0]["params"], job_name=job_name, comment=comment,
-                             array_parallelism=len(chunk))  # no throttle: as many at once as single jobs
+        ex.update_parameters(
+            **chunk[0]["params"], job_name=job_name, comment=comment, array_parallelism=len(chunk)
+        )  # no throttle: as many at once as single jobs
         module, name = chunk[0]["job"].split(":")
         jobs = ex.map_array(getattr(importlib.import_module(module), name)(), [r["run_dir"] for r in chunk])
     except Exception as e:  # handed to every launcher of the chunk, which raises it
@@ -147,8 +152,10 @@ def submit_chunk(spool: Path, chunk: list[dict[str, Any]], log: Log) -> None:
         log(error)
         return
     record_jobs(chunk, [str(job.job_id) for job in jobs], folder, comment)
-    log(f"submitted {len(chunk)} runs as SLURM {'array ' if len(chunk) > 1 else 'job '}{jobs[0].job_id.split('_')[0]}"
-        f" ({runs})")
+    log(
+        f"submitted {len(chunk)} runs as SLURM {'array ' if len(chunk) > 1 else 'job '}{jobs[0].job_id.split('_')[0]}"
+        f" ({runs})"
+    )
 
 
 def recover_claimed(spool: Path, log: Log) -> None:
@@ -165,7 +172,7 @@ def recover_claimed(spool: Path, log: Log) -> None:
         if comment in listed:
             array = listed[comment]
             ids = [f"{array}_{r['index']}" if r["size"] > 1 else array for r in chunk]
-            record_jobs(chunk, ids, spool.parent / JOBS_DIR / comment[len(ARRAY_COMMENT):], comment)
+            record_jobs(chunk, ids, spool.parent / JOBS_DIR / comment[len(ARRAY_COMMENT) :], comment)
             log(f"recorded SLURM array {array} of a launcher that died while submitting it")
         else:
             for request in chunk:
@@ -204,8 +211,16 @@ def put_request(spool: Path, request: dict[str, Any], log: Log) -> None:
             log("an earlier launcher's request for this run was being submitted: waiting for its outcome")
 
 
-def submit_in_array(executor: submitit.SlurmExecutor, run_dir: Path, record: dict[str, Any], job_json: Path,
-                    lock: Path, window_s: float, poll_s: float, log: Log) -> submitit.SlurmJob:
+def submit_in_array(
+    executor: submitit.SlurmExecutor,
+    run_dir: Path,
+    record: dict[str, Any],
+    job_json: Path,
+    lock: Path,
+    window_s: float,
+    poll_s: float,
+    log: Log,
+) -> submitit.SlurmJob:
     """Have the run's job submitted in the sweep's next array, wait for it, and return the job.
 
     `executor`: the run's (its parameters, not its folder, are used); `record`: its work/job.json without
@@ -216,11 +231,24 @@ def submit_in_array(executor: submitit.SlurmExecutor, run_dir: Path, record: dic
     spool = Path(run_dir).parent / SPOOL_DIR
     spool.mkdir(parents=True, exist_ok=True)
     path = spool / f"{record['tag']}.json"
-    put_request(spool, {"state": PENDING, "path": str(path), "run": record["run"], "tag": record["tag"],
-                        "run_dir": str(run_dir), "job": TRAIN_JOB, "record": record, "job_json": str(job_json),
-                        "lock": str(lock), "max_num_timeout": executor.max_num_timeout, "requested_at": time.time(),
-                        "params": {k: v for k, v in executor.parameters.items() if k not in ("job_name", "comment")}},
-                log)
+    put_request(
+        spool,
+        {
+            "state": PENDING,
+            "path": str(path),
+            "run": record["run"],
+            "tag": record["tag"],
+            "run_dir": str(run_dir),
+            "job": TRAIN_JOB,
+            "record": record,
+            "job_json": str(job_json),
+            "lock": str(lock),
+            "max_num_timeout": executor.max_num_timeout,
+            "requested_at": time.time(),
+            "params": {k: v for k, v in executor.parameters.items() if k not in ("job_name", "comment")},
+        },
+        log,
+    )
     log(f"waiting up to {window_s:g}s for other runs to share a SLURM array (spool {spool})")
     while True:
         answer = _read(path)

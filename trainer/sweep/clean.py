@@ -25,8 +25,11 @@ def trainer_holds(work: Path) -> bool:
 def _dead_temporaries(run_dir: Path) -> list[Path]:
     """`.NAME.tmp-PID` files in the run directory and work/ whose writer no longer runs on this host."""
     found = [*run_dir.glob(".*.tmp-*"), *(run_dir / rundir.WORK_DIR).glob(".*.tmp-*")]
-    return [p for p in found if not (p.name.rsplit("-", 1)[-1].isdigit()
-                                      and rundir.pid_alive(int(p.name.rsplit("-", 1)[-1])))]
+    return [
+        p
+        for p in found
+        if not (p.name.rsplit("-", 1)[-1].isdigit() and rundir.pid_alive(int(p.name.rsplit("-", 1)[-1])))
+    ]
 
 
 def superseded(run_dir: Path) -> list[Path]:

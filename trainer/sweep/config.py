@@ -22,18 +22,38 @@ if TYPE_CHECKING:  # imported by validate_config alone: resolving and reading a 
 
 # Sections that decide what a run computes; launcher and resources only decide where it runs,
 # so changing them must not invalidate a run's checkpoints.
-HASHED_KEYS = ("run", "workflow", "task", "scale", "policy", "seed", "model", "workflow_params",
-               "task_params", "training", "base_model")
+HASHED_KEYS = (
+    "run",
+    "workflow",
+    "task",
+    "scale",
+    "policy",
+    "seed",
+    "model",
+    "workflow_params",
+    "task_params",
+    "training",
+    "base_model",
+)
 
 
 UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ between identical builds
 
 # Training settings added after runs were made. Each default reproduces what runs did before it existed,
 # so at its default a key is left out of the hash: finished runs keep their hash and are not rerun.
-HASHED_WHEN_SET = ("agent_gradients", "early_warning", "eval_chunk_problems", "eval_samples",
-                   "generation_memory_gb", "on_warning", "vllm",
-                   "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
-                   "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min")
+HASHED_WHEN_SET = (
+    "agent_gradients",
+    "early_warning",
+    "eval_chunk_problems",
+    "eval_samples",
+    "generation_memory_gb",
+    "on_warning",
+    "vllm",
+    "vllm_importance_sampling_correction",
+    "vllm_importance_sampling_mode",
+    "vllm_importance_sampling_clip_max",
+    "vllm_importance_sampling_clip_min",
+)
 
 
 DEFAULT_DTYPE = settings.default_of(settings.ModelSettings, "dtype")  # a scale without `dtype`
@@ -140,12 +160,15 @@ def _check_references(config: dict[str, Any]) -> None:
     problems += variant_problems(config)
     launcher = config.get("launcher", {})
     if launcher.get("array_window_s") is not None and launcher.get("backend", "local") != "slurm":
-        problems.append(f"launcher.array_window_s: job arrays are SLURM submissions, and launcher.backend is "
-                        f"{launcher.get('backend', 'local')!r}: remove it, or run with --profile slurm")
+        problems.append(
+            f"launcher.array_window_s: job arrays are SLURM submissions, and launcher.backend is "
+            f"{launcher.get('backend', 'local')!r}: remove it, or run with --profile slurm"
+        )
     runs = {str(r) for r in expand_matrix(config)} if not problems else set()
     if not problems and not runs:
-        problems.append(f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, "
-                        f"or single_baseline: true)")
+        problems.append(
+            f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, or single_baseline: true)"
+        )
     if not problems:
         problems += _policy_group_problems(config) + _run_settings_problems(config)
     for name in restart_selection(config):
@@ -179,9 +202,11 @@ def _policy_group_problems(config: dict[str, Any]) -> list[str]:
         unknown = [r for r in listed if r not in roles]
         twice = sorted({r for r in listed if listed.count(r) > 1})
         if missing or unknown or twice:
-            problems.append(f"training.policy_groups: {groups} must name every role of workflow "
-                            f"{run.workflow!r} ({', '.join(roles)}) once; missing {missing}, unknown {unknown}, "
-                            f"twice {twice}")
+            problems.append(
+                f"training.policy_groups: {groups} must name every role of workflow "
+                f"{run.workflow!r} ({', '.join(roles)}) once; missing {missing}, unknown {unknown}, "
+                f"twice {twice}"
+            )
     return list(dict.fromkeys(problems))
 
 
@@ -198,8 +223,9 @@ def _run_settings_problems(config: dict[str, Any]) -> list[str]:
         except settings.SettingsError as e:
             runs_of.setdefault(str(e), []).append(str(run))
     problems = [f"{message} (runs: {', '.join(runs)})" for message, runs in runs_of.items()]
-    sections = [("tasks", config["tasks"])] + [(f"overrides[{i}].tasks", o.get("tasks") or {})
-                                               for i, o in enumerate(config.get("overrides", []))]
+    sections = [("tasks", config["tasks"])] + [
+        (f"overrides[{i}].tasks", o.get("tasks") or {}) for i, o in enumerate(config.get("overrides", []))
+    ]
     for where, tasks in sections:  # every task entry, whether a run of this matrix reads it or not
         for name, task in tasks.items():
             try:
@@ -249,8 +275,14 @@ def expand_matrix(config: dict[str, Any], name: str | None = None) -> list[RunId
     name = name or config["matrix"]
     m = config["matrices"][name]
     seeds = config.get("seeds") or m["seeds"]
-    runs = [RunId(w, t, s, p, seed) for w in m["workflows"] for t in m["tasks"] for s in m["scales"]
-            for p in m["policies"] for seed in seeds]
+    runs = [
+        RunId(w, t, s, p, seed)
+        for w in m["workflows"]
+        for t in m["tasks"]
+        for s in m["scales"]
+        for p in m["policies"]
+        for seed in seeds
+    ]
     if m.get("single_baseline", False):
         runs += [RunId("single", t, s, "shared", seed) for t in m["tasks"] for s in m["scales"] for seed in seeds]
     runs = list(dict.fromkeys(runs))
@@ -282,17 +314,28 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
     if run.variant:  # the variant's delta, deep-merged after the overrides
         delta = variant_delta(config, run.variant)
         workflows, tasks, training, resources = (
-            deep_merge(section, delta.get(name, {})) for name, section in
-            (("workflows", workflows), ("tasks", tasks), ("training", training), ("resources", resources)))
+            deep_merge(section, delta.get(name, {}))
+            for name, section in (
+                ("workflows", workflows),
+                ("tasks", tasks),
+                ("training", training),
+                ("resources", resources),
+            )
+        )
     task = tasks[run.task]
     if training.get("max_completion_length") is None:
-        training["max_completion_length"] = task.get("max_completion_length",
-                                                     settings.default_of(settings.TaskSettings, "max_completion_length"))
+        training["max_completion_length"] = task.get(
+            "max_completion_length", settings.default_of(settings.TaskSettings, "max_completion_length")
+        )
     return {
         "run": str(run),
         **run.axes(),
-        "model": {"name": scale["model"], "dtype": scale.get("dtype", DEFAULT_DTYPE), "tiny": scale.get("tiny"),
-                  **({"revision": scale["revision"]} if scale.get("revision") else {})},  # pinned in config.yaml
+        "model": {
+            "name": scale["model"],
+            "dtype": scale.get("dtype", DEFAULT_DTYPE),
+            "tiny": scale.get("tiny"),
+            **({"revision": scale["revision"]} if scale.get("revision") else {}),
+        },  # pinned in config.yaml
         "workflow_params": workflows.get(run.workflow, {}),
         "task_params": task,
         "training": training,
@@ -319,8 +362,10 @@ def world_size_of(resources: dict[str, Any]) -> int:
     if processes < 1:
         raise ConfigError(f"resources.processes: {processes}; at least 1")
     if gpus and processes not in (1, gpus):
-        raise ConfigError(f"resources.processes: {processes} with resources.gpus: {gpus}; a GPU run has one "
-                          f"process per GPU: drop resources.processes or set it to {gpus}")
+        raise ConfigError(
+            f"resources.processes: {processes} with resources.gpus: {gpus}; a GPU run has one "
+            f"process per GPU: drop resources.processes or set it to {gpus}"
+        )
     return gpus or processes
 
 
@@ -330,8 +375,9 @@ def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(view["base_model"], dict):
         view["base_model"] = {k: v for k, v in view["base_model"].items() if k not in UNHASHED_BASE_MODEL_KEYS}
     if isinstance(view["training"], dict):
-        view["training"] = {k: v for k, v in view["training"].items()
-                            if not (k in HASHED_WHEN_SET and v == _training_default(k))}
+        view["training"] = {
+            k: v for k, v in view["training"].items() if not (k in HASHED_WHEN_SET and v == _training_default(k))
+        }
     return view
 
 
@@ -349,10 +395,12 @@ def config_hash(run_config: dict[str, Any]) -> str:
 
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted keys of the hashed view whose values differ between two run configs."""
+
     def diff(a: Any, b: Any, path: str) -> list[str]:
         if isinstance(a, dict) and isinstance(b, dict):
             return [k for key in sorted(set(a) | set(b)) for k in diff(a.get(key), b.get(key), f"{path}{key}.")]
         return [path.rstrip(".")] if a != b else []
+
     return diff(hashed_view(old), hashed_view(new), "")
 
 
@@ -377,19 +425,30 @@ def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
         return None
     path, old = found
     keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
-    return (f"its checkpoint {path} was written under another config; changed: {keys}. Its logs up to that step "
-            f"are kept there (train/eval/samples parquet)")
+    return (
+        f"its checkpoint {path} was written under another config; changed: {keys}. Its logs up to that step "
+        f"are kept there (train/eval/samples parquet)"
+    )
 
 
 def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:
     """What the base_model step of one scale needs: the model entry and, for `tiny`, the tasks to warm up on."""
     entry = config["scales"][scale]
-    spec = {"scale": scale, "model": entry["model"], "dtype": entry.get("dtype", DEFAULT_DTYPE),
-            "tiny": entry.get("tiny"), "tasks": {}}
+    spec = {
+        "scale": scale,
+        "model": entry["model"],
+        "dtype": entry.get("dtype", DEFAULT_DTYPE),
+        "tiny": entry.get("tiny"),
+        "tasks": {},
+    }
     if entry["model"] == "tiny":
         for task in tasks:
             rc = resolve_run_config(config, RunId("single", task, scale, "shared", 0))
-            spec["tasks"][task] = {"task_params": rc["task_params"],
-                                   "workflows": {w: resolve_run_config(config, RunId(w, task, scale, "shared", 0))
-                                                 ["workflow_params"] for w in config["workflows"]}}
+            spec["tasks"][task] = {
+                "task_params": rc["task_params"],
+                "workflows": {
+                    w: resolve_run_config(config, RunId(w, task, scale, "shared", 0))["workflow_params"]
+                    for w in config["workflows"]
+                },
+            }
     return spec

@@ -30,7 +30,7 @@ from trainer.workflows import workflow_class
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A6000": 155e12, "cpu": 1.6e11}
 GENERATE_UTILISATION = 0.05  # decoding is bound by memory bandwidth, not arithmetic
 UPDATE_UTILISATION = 0.30
-ASSUMED_STARTUP_S = 120.0    # model load and engine start of a job, where none was measured
+ASSUMED_STARTUP_S = 120.0  # model load and engine start of a job, where none was measured
 # problems of an eval split read whole (`eval_problems: all`) whose size is unknown before its data is read
 # (LiveCodeBench's releases hold ~400-1,055 problems, a 10% DAPO-Math-17k holdout ~1,700): stated in the plan
 ASSUMED_EVAL_PROBLEMS = 1500
@@ -38,12 +38,33 @@ ASSUMED_EVAL_PROBLEMS = 1500
 KNOWN_SPLIT_SIZES = {"human_eval": 164, "MathArena/aime_2025": 30, "lighteval/code_generation_lite:v4_v5": 268}
 # the published config.json shapes of the study's models (the plan needs their size without the hub)
 STUDY_MODELS = {
-    "Qwen/Qwen3-0.6B": {"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
-                        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128},
-    "Qwen/Qwen3-1.7B": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
-                        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128},
-    "Qwen/Qwen3-4B": {"vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
-                      "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128},
+    "Qwen/Qwen3-0.6B": {
+        "vocab_size": 151936,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Qwen/Qwen3-1.7B": {
+        "vocab_size": 151936,
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Qwen/Qwen3-4B": {
+        "vocab_size": 151936,
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
 }
 
 
@@ -94,8 +115,11 @@ def eval_chunk_episodes(run_config: dict[str, Any]) -> int:
 def assumed_splits(run_config: dict[str, Any]) -> list[str]:
     """The eval splits of a run whose problems the plan assumes (ASSUMED_EVAL_PROBLEMS), by name."""
     t = run_config["training"]
-    return [spec.get("name") or f"eval{i}" for i, spec in enumerate(run_config["task_params"]["eval"])
-            if split_problems(spec, t)[1]]
+    return [
+        spec.get("name") or f"eval{i}"
+        for i, spec in enumerate(run_config["task_params"]["eval"])
+        if split_problems(spec, t)[1]
+    ]
 
 
 def parameter_count(shape: dict[str, Any]) -> int:
@@ -111,8 +135,9 @@ def model_parameters(scale: dict[str, Any]) -> int | None:
     shapes, any other's from its config.json in the local Hugging Face cache; None when unknown."""
     if scale["model"] == "tiny":
         tiny = scale["tiny"]
-        return parameter_count({**tiny, "num_key_value_heads": tiny.get("num_key_value_heads",
-                                                                      tiny["num_attention_heads"])})
+        return parameter_count(
+            {**tiny, "num_key_value_heads": tiny.get("num_key_value_heads", tiny["num_attention_heads"])}
+        )
     if scale["model"] in STUDY_MODELS:
         return parameter_count(STUDY_MODELS[scale["model"]])
     try:
@@ -129,8 +154,10 @@ def estimated_rate(params: int, device: str) -> dict[str, Any] | None:
     peak = next((v for k, v in PEAK_FLOPS.items() if k.lower() in device.lower()), None)
     if peak is None:
         return None
-    return {"generate_tokens_per_s": peak * GENERATE_UTILISATION / (2 * params),
-            "update_tokens_per_s": peak * UPDATE_UTILISATION / (8 * params)}
+    return {
+        "generate_tokens_per_s": peak * GENERATE_UTILISATION / (2 * params),
+        "update_tokens_per_s": peak * UPDATE_UTILISATION / (8 * params),
+    }
 
 
 def predict_run(run_config: dict[str, Any], rate: dict[str, Any]) -> dict[str, float]:
@@ -143,20 +170,30 @@ def predict_run(run_config: dict[str, Any], rate: dict[str, Any]) -> dict[str, f
     calls = t["prompts_per_step"] * t["num_generations"] * calls_per_episode
     tokens = calls * tokens_per_call
     step_s = (tokens / rate["generate_tokens_per_s"] + tokens / rate["update_tokens_per_s"]) / world
-    eval_tokens = eval_episodes(run_config) * (rate.get("eval_tokens_per_episode") or calls_per_episode * tokens_per_call)
+    eval_tokens = eval_episodes(run_config) * (
+        rate.get("eval_tokens_per_episode") or calls_per_episode * tokens_per_call
+    )
     eval_s = eval_count(t) * eval_tokens / (rate.get("eval_tokens_per_s") or rate["generate_tokens_per_s"]) / world
     startup_s = rate.get("startup_s") or ASSUMED_STARTUP_S
     checkpoints_s = (t["max_steps"] // t["save_every"] + 1) * (rate.get("checkpoint_s") or 0.0)
     run_s = startup_s + t["max_steps"] * step_s + eval_s + checkpoints_s
     limit_s = res["time_min"] * 60 * (1 + launcher["max_num_timeout"])
     requeues = max(0, math.ceil(run_s / (res["time_min"] * 60)) - 1)  # each loses a step and a restart
-    return {"calls_per_step": calls, "tokens_per_step": tokens, "step_s": step_s, "eval_s": eval_s,
-            "run_s": run_s, "gpu_hours": run_s * res.get("gpus", 0) / 3600, "time_limit_s": limit_s,
-            "fits": run_s + requeues * (startup_s + step_s) <= limit_s and startup_s + step_s < res["time_min"] * 60}
+    return {
+        "calls_per_step": calls,
+        "tokens_per_step": tokens,
+        "step_s": step_s,
+        "eval_s": eval_s,
+        "run_s": run_s,
+        "gpu_hours": run_s * res.get("gpus", 0) / 3600,
+        "time_limit_s": limit_s,
+        "fits": run_s + requeues * (startup_s + step_s) <= limit_s and startup_s + step_s < res["time_min"] * 60,
+    }
 
 
-def rate_for(run_config: dict[str, Any], scale: dict[str, Any], rates: list[dict[str, Any]],
-             device: str) -> tuple[dict[str, Any] | None, str]:
+def rate_for(
+    run_config: dict[str, Any], scale: dict[str, Any], rates: list[dict[str, Any]], device: str
+) -> tuple[dict[str, Any] | None, str]:
     """The rate a run is planned at and where it comes from: measured for its workflow and task, measured
     for its model, or estimated (stated); (None, why) when there is nothing to plan from."""
     from trainer.sweep.measured import find_rate
@@ -168,14 +205,20 @@ def rate_for(run_config: dict[str, Any], scale: dict[str, Any], rates: list[dict
         return found, f"measured for {what} on {found['device']} ({found.get('measured_by', '?')})"
     params = model_parameters(scale)
     if params is None:
-        return None, (f"no measurement on {device} and the size of {scale['model']} is unknown: run "
-                      f"`snakemake prefetch` (then the plan reads its config.json) or `plan --measure` on the device")
+        return None, (
+            f"no measurement on {device} and the size of {scale['model']} is unknown: run "
+            f"`snakemake prefetch` (then the plan reads its config.json) or `plan --measure` on the device"
+        )
     estimate = estimated_rate(params, device if run_config["resources"].get("gpus") else "cpu")
     if estimate is None:
-        return None, (f"no measurement on {device} and no peak FLOP/s known for it (known: {sorted(PEAK_FLOPS)}): "
-                      f"run `python -m trainer plan --measure` there")
-    return estimate, (f"ESTIMATE: {params / 1e9:.2f}B parameters at {GENERATE_UTILISATION:.0%} (generation) and "
-                      f"{UPDATE_UTILISATION:.0%} (update) of {device}'s peak; no measurement on {device}")
+        return None, (
+            f"no measurement on {device} and no peak FLOP/s known for it (known: {sorted(PEAK_FLOPS)}): "
+            f"run `python -m trainer plan --measure` there"
+        )
+    return estimate, (
+        f"ESTIMATE: {params / 1e9:.2f}B parameters at {GENERATE_UTILISATION:.0%} (generation) and "
+        f"{UPDATE_UTILISATION:.0%} (update) of {device}'s peak; no measurement on {device}"
+    )
 
 
 def wall_time_s(run_seconds: list[float], parallel: int) -> float:

@@ -16,8 +16,8 @@ from typing import Any
 from trainer.sweep.cost import STUDY_MODELS, eval_count, parameter_count
 from trainer.workflows import workflow_class
 
-PARAM_BYTES = 4          # trained parameters in float32 (the policy's files; the peak keeps only these)
-STATE_BYTES = 4 + 8      # state.pt: the parameters again, and AdamW's exp_avg and exp_avg_sq, float32 each
+PARAM_BYTES = 4  # trained parameters in float32 (the policy's files; the peak keeps only these)
+STATE_BYTES = 4 + 8  # state.pt: the parameters again, and AdamW's exp_avg and exp_avg_sq, float32 each
 TEXT_BYTES_PER_TOKEN = 4
 METRIC_BYTES_PER_STEP_ROLE = 4096
 # a Qwen3-style layer's linear maps (in, out) in units of hidden, heads x head_dim, KV heads x head_dim, MLP size
@@ -36,8 +36,12 @@ def lora_parameters(shape: dict[str, Any], rank: int) -> int:
     """Parameters of a rank-`rank` LoRA adapter on every linear map of every layer (target_modules: all-linear)."""
     heads = shape["num_attention_heads"]
     head_dim = shape.get("head_dim") or shape["hidden_size"] // heads
-    size = {"h": shape["hidden_size"], "q": heads * head_dim, "i": shape["intermediate_size"],
-            "kv": (shape.get("num_key_value_heads") or heads) * head_dim}
+    size = {
+        "h": shape["hidden_size"],
+        "q": heads * head_dim,
+        "i": shape["intermediate_size"],
+        "kv": (shape.get("num_key_value_heads") or heads) * head_dim,
+    }
     return shape["num_hidden_layers"] * sum(rank * (size[a] + size[b]) for a, b in LINEAR_MAPS)
 
 
@@ -71,8 +75,9 @@ def _shape_of(run_config: dict[str, Any]) -> dict[str, Any]:
     spec = run_config.get("model") or {}
     shape = model_shape({**spec, "model": spec.get("name")}) if isinstance(spec, dict) else None
     if shape is None:
-        raise ValueError(f"run {run_config.get('run')}: the size of model {spec!r} is unknown; "
-                         f"pass its config.json shape")
+        raise ValueError(
+            f"run {run_config.get('run')}: the size of model {spec!r} is unknown; pass its config.json shape"
+        )
     return shape
 
 
@@ -88,5 +93,8 @@ def run_disk(run_config: dict[str, Any], scale: dict[str, Any]) -> dict[str, flo
     turns = cls.max_turns(run_config["workflow_params"])
     samples = eval_count(t) * t["samples_per_eval"] * turns * t["max_completion_length"] * TEXT_BYTES_PER_TOKEN
     metrics = t["max_steps"] * len(cls.roles) * METRIC_BYTES_PER_STEP_ROLE
-    return {"checkpoint_gb": one / 1e9, "disk_peak_gb": ((t["keep_last"] + 1) * one + peak_policies) / 1e9,
-            "log_gb": (samples + metrics) / 1e9}
+    return {
+        "checkpoint_gb": one / 1e9,
+        "disk_peak_gb": ((t["keep_last"] + 1) * one + peak_policies) / 1e9,
+        "log_gb": (samples + metrics) / 1e9,
+    }

@@ -53,8 +53,10 @@ def source_of(run_dir: Path, which: str) -> tuple[Path, dict[str, Any]]:
     if which == "peak":
         peak = done.get("peak")
         if not peak:
-            raise ExportError(f"{run_dir / rundir.DONE_JSON}: no `peak`: the run finished before the trainer kept its "
-                              f"peak model; rerun it, or export --which last")
+            raise ExportError(
+                f"{run_dir / rundir.DONE_JSON}: no `peak`: the run finished before the trainer kept its "
+                f"peak model; rerun it, or export --which last"
+            )
         return run_dir / peak["path"], {k: peak[k] for k in ("step", "split", "accuracy", "smoothed")}
     step = int((done.get("stopped_early") or {}).get("step", done["steps_done"]))
     ckpt = rundir.checkpoint_dir(run_dir / rundir.WORK_DIR, step)
@@ -71,18 +73,30 @@ def model_card(config: dict[str, Any], which: str, facts: dict[str, Any], polici
     roles = config.get(rundir.ROLES_KEY) or []
     smoothed = f" (smoothed peak {facts['smoothed']:.4f})" if "smoothed" in facts else ""
     base = (config.get("base_model") or {}).get("path", config["model"]["name"])
-    lines = [f"# {config['run']}: the {which} model", "",
-             f"- run: `{config['run']}` (config hash `{config.get('config_hash')}`)",
-             f"- step: {facts['step']} of {training.get('max_steps')}",
-             f"- accuracy: {facts['accuracy']:.4f} on eval split `{facts['split']}`{smoothed}",
-             f"- base model: `{base}`",
-             f"- policy: {config['policy']}; roles: {', '.join(roles) or '(not recorded)'}",
-             f"- finetune: {finetune}; one folder per policy: {', '.join(policies)}", ""]
+    lines = [
+        f"# {config['run']}: the {which} model",
+        "",
+        f"- run: `{config['run']}` (config hash `{config.get('config_hash')}`)",
+        f"- step: {facts['step']} of {training.get('max_steps')}",
+        f"- accuracy: {facts['accuracy']:.4f} on eval split `{facts['split']}`{smoothed}",
+        f"- base model: `{base}`",
+        f"- policy: {config['policy']}; roles: {', '.join(roles) or '(not recorded)'}",
+        f"- finetune: {finetune}; one folder per policy: {', '.join(policies)}",
+        "",
+    ]
     if finetune == "lora":
-        lines += ["Load a policy with PEFT on the base model:", "", "```python",
-                  "from peft import PeftModel", "from transformers import AutoModelForCausalLM", "",
-                  f"base = AutoModelForCausalLM.from_pretrained({base!r})",
-                  f"model = PeftModel.from_pretrained(base, 'OUT/{policies[0]}')", "```", ""]
+        lines += [
+            "Load a policy with PEFT on the base model:",
+            "",
+            "```python",
+            "from peft import PeftModel",
+            "from transformers import AutoModelForCausalLM",
+            "",
+            f"base = AutoModelForCausalLM.from_pretrained({base!r})",
+            f"model = PeftModel.from_pretrained(base, 'OUT/{policies[0]}')",
+            "```",
+            "",
+        ]
     else:
         lines += [f"Load a policy with `AutoModelForCausalLM.from_pretrained('OUT/{policies[0]}')`.", ""]
     return "\n".join(lines)

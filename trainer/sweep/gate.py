@@ -24,8 +24,16 @@ import sys
 from typing import Any
 
 from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config, world_size_of
-from trainer.sweep.cost import (ASSUMED_STARTUP_S, eval_chunk_episodes, eval_count, eval_episodes,
-                                parameter_count, predict_run, rate_for, split_problems)
+from trainer.sweep.cost import (
+    ASSUMED_STARTUP_S,
+    eval_chunk_episodes,
+    eval_count,
+    eval_episodes,
+    parameter_count,
+    predict_run,
+    rate_for,
+    split_problems,
+)
 from trainer.sweep.disk import model_shape
 from trainer.sweep.measured import cpu_name, load_rates
 from trainer.workflows import workflow_class
@@ -41,11 +49,15 @@ DEVICE_PEAKS = {
     "cpu": {"flops": 1.6e11, "bandwidth": 1e11, "memory": 24e9},
 }
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-FIX = ("evaluate fewer problems at a time (training.eval_chunk_problems) or in all (training.eval_problems, or "
-       "the split's eval_problems), give the job more GPUs "
-       "(resources.gpus) or time (resources.time_min), or use the vLLM backend (training.generation_backend: vllm)")
-MEASURE = ("measure it on the device: `python -m trainer plan --measure` there, or the device check "
-           "(benchmarks/device_check.sh)")
+FIX = (
+    "evaluate fewer problems at a time (training.eval_chunk_problems) or in all (training.eval_problems, or "
+    "the split's eval_problems), give the job more GPUs "
+    "(resources.gpus) or time (resources.time_min), or use the vLLM backend (training.generation_backend: vllm)"
+)
+MEASURE = (
+    "measure it on the device: `python -m trainer plan --measure` there, or the device check "
+    "(benchmarks/device_check.sh)"
+)
 OVERRIDE = "allow_unfit_runs: true submits it anyway"
 
 
@@ -54,8 +66,9 @@ def device_peaks(device: str) -> dict[str, float] | None:
     return next((v for k, v in DEVICE_PEAKS.items() if k.lower() in device.lower()), None)
 
 
-def generation_bound_s(shape: dict[str, Any], dtype_bytes: int, rows: int, tokens: int,
-                       peaks: dict[str, float]) -> float:
+def generation_bound_s(
+    shape: dict[str, Any], dtype_bytes: int, rows: int, tokens: int, peaks: dict[str, float]
+) -> float:
     """Least seconds `rows` completions of `tokens` tokens take on one device at its peak rates.
 
     Memory: token t of a row reads the KV cache of its t tokens before it (prompts left out: a lower bound),
@@ -73,8 +86,9 @@ def generation_bound_s(shape: dict[str, Any], dtype_bytes: int, rows: int, token
     return max(memory_s, rows * tokens * 2 * params / peaks["flops"])
 
 
-def run_bounds(run_config: dict[str, Any], scale: dict[str, Any], rate: dict[str, Any] | None,
-               peaks: dict[str, float] | None) -> dict[str, Any]:
+def run_bounds(
+    run_config: dict[str, Any], scale: dict[str, Any], rate: dict[str, Any] | None, peaks: dict[str, float] | None
+) -> dict[str, Any]:
     """One eval's and one step's least seconds at the device's peak (NaN where the shape or device is
     unknown), and whether the eval's bound is firm (its token count is known, see the module docstring)."""
     t = run_config["training"]
@@ -91,9 +105,11 @@ def run_bounds(run_config: dict[str, Any], scale: dict[str, Any], rate: dict[str
     eval_rows = eval_episodes(run_config) * calls
     step_rows = t["prompts_per_step"] * t["num_generations"] * calls
     update_s = step_rows * tokens * 6 * parameter_count(shape) / peaks["flops"]  # forward and backward
-    return {"eval_bound_s": generation_bound_s(shape, dtype_bytes, eval_rows, tokens, peaks) / world,
-            "step_bound_s": (generation_bound_s(shape, dtype_bytes, step_rows, tokens, peaks) + update_s) / world,
-            "bound_firm": hf or bool(measured_tokens)}
+    return {
+        "eval_bound_s": generation_bound_s(shape, dtype_bytes, eval_rows, tokens, peaks) / world,
+        "step_bound_s": (generation_bound_s(shape, dtype_bytes, step_rows, tokens, peaks) + update_s) / world,
+        "bound_firm": hf or bool(measured_tokens),
+    }
 
 
 def run_memory_gib(run_config: dict[str, Any], scale: dict[str, Any]) -> float:
@@ -126,44 +142,65 @@ def chunk_share(run_config: dict[str, Any]) -> float:
     return eval_chunk_episodes(run_config) / max(1, eval_episodes(run_config))
 
 
-def verdict(run: str, predicted: dict[str, float], bounds: dict[str, Any], source: str,
-            run_config: dict[str, Any], device: str, startup_s: float = ASSUMED_STARTUP_S) -> tuple[str, str]:
+def verdict(
+    run: str,
+    predicted: dict[str, float],
+    bounds: dict[str, Any],
+    source: str,
+    run_config: dict[str, Any],
+    device: str,
+    startup_s: float = ASSUMED_STARTUP_S,
+) -> tuple[str, str]:
     """("ok" | "warn" | "refuse", why): see the module docstring. The reason names the run, the eval and the fix."""
     job_s = run_config["resources"]["time_min"] * 60
     episodes, chunk = eval_episodes(run_config), eval_chunk_episodes(run_config)
     share = chunk_share(run_config)
-    what = (f"run {run}: one eval ({eval_description(run_config)} = {episodes} episodes) in chunks of "
-            f"at most {chunk} episodes, one of which")
+    what = (
+        f"run {run}: one eval ({eval_description(run_config)} = {episodes} episodes) in chunks of "
+        f"at most {chunk} episodes, one of which"
+    )
     limit = f"its job's resources.time_min ({job_s / 3600:.1f} h)"
     if bounds["bound_firm"] and share * bounds["eval_bound_s"] > job_s:
-        return "refuse", (f"{what} needs at least {share * bounds['eval_bound_s'] / 3600:.1f} h even at {device}'s "
-                          f"peak rates, over {limit}: {FIX}; {OVERRIDE}")
+        return "refuse", (
+            f"{what} needs at least {share * bounds['eval_bound_s'] / 3600:.1f} h even at {device}'s "
+            f"peak rates, over {limit}: {FIX}; {OVERRIDE}"
+        )
     if not predicted:
         return "ok", ""
     # an estimate below the lower bound is impossible: the bound stands in for it
     eval_one_s = max(predicted["eval_s"] / max(1, eval_count(run_config["training"])), bounds["eval_bound_s"])
     measured = source.startswith("measured")
     if measured and startup_s + share * eval_one_s > job_s:
-        return "refuse", (f"{what} takes {share * eval_one_s / 3600:.1f} h at the rate measured on {device}, over "
-                          f"{limit}: {FIX}; {OVERRIDE}")
+        return "refuse", (
+            f"{what} takes {share * eval_one_s / 3600:.1f} h at the rate measured on {device}, over "
+            f"{limit}: {FIX}; {OVERRIDE}"
+        )
     if measured and not predicted["fits"]:
-        return "refuse", (f"run {run}: {predicted['run_s'] / 3600:.1f} h at the rate measured on {device} does not "
-                          f"finish within time_min x (1 + launcher.max_num_timeout) "
-                          f"({predicted['time_limit_s'] / 3600:.1f} h): {FIX}; {OVERRIDE}")
+        return "refuse", (
+            f"run {run}: {predicted['run_s'] / 3600:.1f} h at the rate measured on {device} does not "
+            f"finish within time_min x (1 + launcher.max_num_timeout) "
+            f"({predicted['time_limit_s'] / 3600:.1f} h): {FIX}; {OVERRIDE}"
+        )
     if not bounds["bound_firm"] and share * bounds["eval_bound_s"] > job_s:
-        return "warn", (f"{what} may outlast {limit} (vLLM rows at max_completion_length: "
-                        f"{share * bounds['eval_bound_s'] / 3600:.1f} h at {device}'s peak); {MEASURE}; or {FIX}")
+        return "warn", (
+            f"{what} may outlast {limit} (vLLM rows at max_completion_length: "
+            f"{share * bounds['eval_bound_s'] / 3600:.1f} h at {device}'s peak); {MEASURE}; or {FIX}"
+        )
     if startup_s + share * eval_one_s > job_s:
-        return "warn", (f"{what} may outlast {limit} ({share * eval_one_s / 3600:.1f} h by the ESTIMATE); "
-                        f"{MEASURE}; or {FIX}")
+        return "warn", (
+            f"{what} may outlast {limit} ({share * eval_one_s / 3600:.1f} h by the ESTIMATE); {MEASURE}; or {FIX}"
+        )
     if not predicted["fits"]:
-        return "warn", (f"run {run} may not finish within its requeues ({predicted['run_s'] / 3600:.1f} h by the "
-                        f"ESTIMATE, limit {predicted['time_limit_s'] / 3600:.1f} h); {MEASURE}; or {FIX}")
+        return "warn", (
+            f"run {run} may not finish within its requeues ({predicted['run_s'] / 3600:.1f} h by the "
+            f"ESTIMATE, limit {predicted['time_limit_s'] / 3600:.1f} h); {MEASURE}; or {FIX}"
+        )
     return "ok", ""
 
 
-def assess(run: str, run_config: dict[str, Any], scale: dict[str, Any], rates: list[dict[str, Any]],
-           device: str) -> dict[str, Any]:
+def assess(
+    run: str, run_config: dict[str, Any], scale: dict[str, Any], rates: list[dict[str, Any]], device: str
+) -> dict[str, Any]:
     """A run's plan figures (cost.predict_run), its lower bounds, one eval's predicted seconds and the verdict."""
     rate, source = rate_for(run_config, scale, rates, device)
     predicted = predict_run(run_config, rate) if rate else {}
@@ -174,18 +211,32 @@ def assess(run: str, run_config: dict[str, Any], scale: dict[str, Any], rates: l
     memory_gib = run_memory_gib(run_config, scale)
     device_gib = (device_peaks(on) or {}).get("memory", float("inf")) / 2**30
     if gate == "ok" and memory_gib > device_gib:
-        gate, why = "warn", (f"run {run}: weights, optimizer state and one update micro-batch "
-                             f"(trainer/sweep/memory.py) need {memory_gib:.0f} GiB, over {device}'s "
-                             f"{device_gib:.0f} GiB: lower training.micro_batch_tokens")
+        gate, why = (
+            "warn",
+            (
+                f"run {run}: weights, optimizer state and one update micro-batch "
+                f"(trainer/sweep/memory.py) need {memory_gib:.0f} GiB, over {device}'s "
+                f"{device_gib:.0f} GiB: lower training.micro_batch_tokens"
+            ),
+        )
     evals = max(1, eval_count(run_config["training"]))
     eval_one_s = predicted.get("eval_s", float("nan")) / evals
     if bounds["eval_bound_s"] > eval_one_s:  # an estimate below the lower bound: the bound stands in for it
         eval_one_s = bounds["eval_bound_s"]
     share = chunk_share(run_config)
-    return {**predicted, "memory_gib": memory_gib, "source": source, "eval_one_s": eval_one_s,
-            "eval_bound_s": bounds["eval_bound_s"], "eval_chunk_s": share * eval_one_s,
-            "eval_chunk_bound_s": share * bounds["eval_bound_s"], "step_bound_s": bounds["step_bound_s"],
-            "time_min": run_config["resources"]["time_min"], "gate": gate, "gate_reason": why}
+    return {
+        **predicted,
+        "memory_gib": memory_gib,
+        "source": source,
+        "eval_one_s": eval_one_s,
+        "eval_bound_s": bounds["eval_bound_s"],
+        "eval_chunk_s": share * eval_one_s,
+        "eval_chunk_bound_s": share * bounds["eval_bound_s"],
+        "step_bound_s": bounds["step_bound_s"],
+        "time_min": run_config["resources"]["time_min"],
+        "gate": gate,
+        "gate_reason": why,
+    }
 
 
 def check_matrix(config: dict[str, Any], gpu: str = "H100", rates: list[dict[str, Any]] | None = None) -> list[str]:
@@ -199,10 +250,13 @@ def check_matrix(config: dict[str, Any], gpu: str = "H100", rates: list[dict[str
         row = assess(str(run), rc, config["scales"][run.scale], rates, device)
         (refused if row["gate"] == "refuse" else warned if row["gate"] == "warn" else []).append(row["gate_reason"])
     if refused and not config.get("allow_unfit_runs", False):
-        raise ConfigError(f"{len(refused)} runs cannot fit their jobs (the plan's gate, trainer/sweep/gate.py; "
-                          f"`python -m trainer plan` shows the whole plan):\n  " + "\n  ".join(refused))
-    notes = [f"refused but submitted (allow_unfit_runs: true): {r}" for r in refused] + \
-            [f"warning: {w}" for w in warned]
+        raise ConfigError(
+            f"{len(refused)} runs cannot fit their jobs (the plan's gate, trainer/sweep/gate.py; "
+            f"`python -m trainer plan` shows the whole plan):\n  " + "\n  ".join(refused)
+        )
+    notes = [f"refused but submitted (allow_unfit_runs: true): {r}" for r in refused] + [
+        f"warning: {w}" for w in warned
+    ]
     for note in notes:
         print(note, file=sys.stderr)
     return notes

@@ -29,8 +29,9 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import submitit
 
@@ -39,31 +40,36 @@ from trainer.sweep import rundir
 from trainer.sweep.array_submit import ArraySubmitError, submit_in_array
 from trainer.sweep.config import checkpoint_config, config_hash, hashed_view, resume_conflict, world_size_of
 from trainer.sweep.prefetch import content_hash, pin_prefetched
-from trainer.sweep.slurm_poll import (LIVE_SLURM_STATES, SlurmError, cancel_slurm_job, slurm_jobs_tagged,
-                                      slurm_state)
+from trainer.sweep.slurm_poll import LIVE_SLURM_STATES, SlurmError, cancel_slurm_job, slurm_jobs_tagged, slurm_state
 from trainer.sweep.train_job import TrainJob
 from trainer.workflows import role_facts
 
 VANISHED_GRACE_S = 60  # a job gone from squeue without a result file is failed after this long
-ENDED_GRACE_S = 20     # ... and one squeue shows ended (CANCELLED, FAILED, ...) after this long
+ENDED_GRACE_S = 20  # ... and one squeue shows ended (CANCELLED, FAILED, ...) after this long
 JOB_JSON = "job.json"
 LAUNCH_LOCK = "launch.lock"
 SUPERSEDED_DIR = "superseded"  # under work/: the state of earlier configs of a restarted run, kept
-RESTART_HINT = ("to start it afresh: `python -m trainer launch ... --restart`, or with Snakemake "
-                "`snakemake --config restart=RUN` (restart=all for every run that reruns)")
+RESTART_HINT = (
+    "to start it afresh: `python -m trainer launch ... --restart`, or with Snakemake "
+    "`snakemake --config restart=RUN` (restart=all for every run that reruns)"
+)
 
 
 class LaunchError(RuntimeError):
     """A run's job failed or could not be submitted; the message says which and why."""
 
 
-def resolve_run_config(run_config: dict[str, Any], base_model: dict[str, Any],
-                       prefetched: list[dict[str, Any]] = ()) -> dict[str, Any]:
+def resolve_run_config(
+    run_config: dict[str, Any], base_model: dict[str, Any], prefetched: list[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """What config.json holds: the run config with the prefetched revisions pinned, the base model it
     starts from (a local model directory hashed by content), its workflow's roles (what the analysis
     reads of the workflow; facts of its code, outside the hash) and the content hash of it all."""
-    cfg = {**pin_prefetched(run_config, list(prefetched)), "base_model": dict(base_model),
-           **role_facts(run_config["workflow"], run_config["workflow_params"])}
+    cfg = {
+        **pin_prefetched(run_config, list(prefetched)),
+        "base_model": dict(base_model),
+        **role_facts(run_config["workflow"], run_config["workflow_params"]),
+    }
     path = Path(str(base_model.get("path", "")))
     if "content_hash" not in cfg["model"] and path.is_dir():
         cfg["base_model"]["content_hash"] = content_hash(path)
@@ -79,6 +85,7 @@ def rerun_trigger_items(run_config: dict[str, Any]) -> dict[str, str]:
     hashed view, so site settings never rerun a run. The base model is left out: model.json is an
     input file of the rule, whose change reruns the run anyway.
     """
+
     def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
         if isinstance(value, dict) and value:
             for key in sorted(value):
@@ -109,9 +116,16 @@ def set_aside_run_state(run_dir: Path, old_hash: str) -> Path:
         n += 1
         dest = work / SUPERSEDED_DIR / f"config-{old_hash}-{n}"
     dest.mkdir(parents=True)
-    for path in (work / rundir.CHECKPOINTS_DIR, work / rundir.PROGRESS_JSON, work / rundir.FAILURE_JSON,
-                 run_dir / rundir.DONE_JSON, run_dir / rundir.TRAIN_PARQUET, run_dir / rundir.EVAL_PARQUET,
-                 run_dir / rundir.SAMPLES_PARQUET, run_dir / rundir.PEAK_DIR):
+    for path in (
+        work / rundir.CHECKPOINTS_DIR,
+        work / rundir.PROGRESS_JSON,
+        work / rundir.FAILURE_JSON,
+        run_dir / rundir.DONE_JSON,
+        run_dir / rundir.TRAIN_PARQUET,
+        run_dir / rundir.EVAL_PARQUET,
+        run_dir / rundir.SAMPLES_PARQUET,
+        run_dir / rundir.PEAK_DIR,
+    ):
         if path.exists():
             shutil.move(str(path), str(dest / path.name))
     return dest
@@ -141,8 +155,10 @@ def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> 
     tasks = world_size_of(cfg["resources"])
     if backend == "debug":
         if tasks > 1:
-            raise LaunchError(f"run {cfg['run']}: launcher.backend debug runs one process, but resources ask for "
-                              f"{tasks}; use the local or slurm backend")
+            raise LaunchError(
+                f"run {cfg['run']}: launcher.backend debug runs one process, but resources ask for "
+                f"{tasks}; use the local or slurm backend"
+            )
         return submitit.DebugExecutor(folder=str(folder))
     if backend == "local":
         ex = submitit.LocalExecutor(folder=str(folder))
@@ -150,10 +166,15 @@ def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> 
         return ex
     if backend == "slurm":
         ex = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=launcher.max_num_timeout)
-        params: dict[str, Any] = {"job_name": cfg["run"], "time": res.time_min,
-                                  "cpus_per_task": max(1, res.cpus // tasks),
-                                  "mem": f"{int(res.mem_gb * 1024)}M", "ntasks_per_node": tasks, "nodes": 1,
-                                  "signal_delay_s": launcher.signal_delay_s}
+        params: dict[str, Any] = {
+            "job_name": cfg["run"],
+            "time": res.time_min,
+            "cpus_per_task": max(1, res.cpus // tasks),
+            "mem": f"{int(res.mem_gb * 1024)}M",
+            "ntasks_per_node": tasks,
+            "nodes": 1,
+            "signal_delay_s": launcher.signal_delay_s,
+        }
         if tag:
             params["comment"] = tag
         if res.gpus:
@@ -165,8 +186,10 @@ def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> 
                 params[key] = getattr(launcher, key)
         extra = dict(launcher.sbatch_extra)
         if "comment" in extra:
-            raise LaunchError(f"run {cfg['run']}: launcher.sbatch_extra.comment: the launcher sets the job comment "
-                              f"itself (it finds a run's live job by it); remove the key")
+            raise LaunchError(
+                f"run {cfg['run']}: launcher.sbatch_extra.comment: the launcher sets the job comment "
+                f"itself (it finds a run's live job by it); remove the key"
+            )
         if extra:
             params["additional_parameters"] = extra
         ex.update_parameters(**params)
@@ -189,8 +212,11 @@ def live_slurm_job(work: Path, tag: str | None = None) -> tuple[submitit.SlurmJo
     tagged = slurm_jobs_tagged(tag) if tag else []
     if tagged:
         folder = str(work / "submitit")
-        return submitit.SlurmJob(folder=folder, job_id=tagged[0]), {"backend": "slurm", "job_id": tagged[0],
-                                                                    "folder": folder}
+        return submitit.SlurmJob(folder=folder, job_id=tagged[0]), {
+            "backend": "slurm",
+            "job_id": tagged[0],
+            "folder": folder,
+        }
     return None
 
 
@@ -204,9 +230,11 @@ def grace_warning(cfg: dict[str, Any], progress: dict[str, Any] | None) -> str |
     delay = float(launcher.signal_delay_s)
     if delay >= needed:
         return None
-    return (f"warning: launcher.signal_delay_s = {delay:.0f}s is shorter than the measured update + checkpoint "
-            f"time ({progress.get('update_s', 0):.0f}s + {progress.get('checkpoint_s', 0):.0f}s): a signal during an "
-            f"update can lose that step; raise launcher.signal_delay_s above {needed:.0f}")
+    return (
+        f"warning: launcher.signal_delay_s = {delay:.0f}s is shorter than the measured update + checkpoint "
+        f"time ({progress.get('update_s', 0):.0f}s + {progress.get('checkpoint_s', 0):.0f}s): a signal during an "
+        f"update can lose that step; raise launcher.signal_delay_s above {needed:.0f}"
+    )
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -229,8 +257,9 @@ def warn_on_short_grace(cfg: dict[str, Any], run_dir: Path, warned: set[str], ou
         out.write(f"[launcher] {message}\n")
 
 
-def wait_and_stream(job: submitit.Job, poll_s: float, out=sys.stderr, cfg: dict[str, Any] | None = None,
-                    run_dir: Path | None = None) -> None:
+def wait_and_stream(
+    job: submitit.Job, poll_s: float, out=sys.stderr, cfg: dict[str, Any] | None = None, run_dir: Path | None = None
+) -> None:
     """Block until the job ends, copying new lines of its stderr log (the trainer's progress) to `out`.
 
     A SLURM job is watched through the sweep's shared squeue snapshot (slurm_poll: one call per
@@ -256,9 +285,11 @@ def wait_and_stream(job: submitit.Job, poll_s: float, out=sys.stderr, cfg: dict[
                     last_state = state
                 ended_since = None if state in LIVE_SLURM_STATES else ended_since or time.time()
                 if ended_since and time.time() - ended_since > (ENDED_GRACE_S if state else VANISHED_GRACE_S):
-                    raise LaunchError(f"SLURM job {job.job_id} ended ({state or 'no longer listed'}) without a "
-                                      f"result; rerun to resubmit (it resumes from the newest checkpoint)\n"
-                                      f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}")
+                    raise LaunchError(
+                        f"SLURM job {job.job_id} ended ({state or 'no longer listed'}) without a "
+                        f"result; rerun to resubmit (it resumes from the newest checkpoint)\n"
+                        f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}"
+                    )
         else:
             finished = job.done()
         pos = copy_new_lines(Path(job.paths.stderr), pos, out)
@@ -318,12 +349,17 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
     if live is not None:
         job, rec = live
         if rec.get("config_hash", cfg["config_hash"]) == cfg["config_hash"]:
-            log(cfg, f"re-attaching to SLURM job {job.job_id}" + (" (it runs under the current config, so it is "
-                                                                   "not restarted)" if restart else ""))
+            log(
+                cfg,
+                f"re-attaching to SLURM job {job.job_id}"
+                + (" (it runs under the current config, so it is not restarted)" if restart else ""),
+            )
             return job
         if not restart:
-            raise LaunchError(f"run {cfg['run']}: SLURM job {job.job_id} runs it under another config "
-                              f"(hash {rec['config_hash']}, now {cfg['config_hash']}); wait for it, or {RESTART_HINT}")
+            raise LaunchError(
+                f"run {cfg['run']}: SLURM job {job.job_id} runs it under another config "
+                f"(hash {rec['config_hash']}, now {cfg['config_hash']}); wait for it, or {RESTART_HINT}"
+            )
         log(cfg, f"restart: cancelling SLURM job {job.job_id} (another config)")
         try:
             cancel_slurm_job(job.job_id)
@@ -340,26 +376,46 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
         kept = set_aside_run_state(run_dir, old_hash)
         log(cfg, f"restart: {conflict}; its state and logs are moved to {kept}, the run starts afresh")
     elif restart and checkpoint_config(work) is not None:
-        log(cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start "
-                 f"from zero)")
+        log(
+            cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start from zero)"
+        )
     rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
     folder, settings = work / "submitit", launcher_settings(cfg)
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"backend": backend, "folder": str(folder), "tag": tag, "run": cfg["run"],
-              "config_hash": cfg["config_hash"]}
+    record = {
+        "backend": backend,
+        "folder": str(folder),
+        "tag": tag,
+        "run": cfg["run"],
+        "config_hash": cfg["config_hash"],
+    }
     if backend == "slurm" and settings.array_window_s is not None:  # the submitting launcher writes job.json
-        job = submit_in_array(make_executor(cfg, folder), run_dir, record, work / JOB_JSON, work / LAUNCH_LOCK,
-                              settings.array_window_s, min(settings.poll_interval_s, 1.0), lambda m: log(cfg, m))
+        job = submit_in_array(
+            make_executor(cfg, folder),
+            run_dir,
+            record,
+            work / JOB_JSON,
+            work / LAUNCH_LOCK,
+            settings.array_window_s,
+            min(settings.poll_interval_s, 1.0),
+            lambda m: log(cfg, m),
+        )
     else:
         job = make_executor(cfg, folder, tag).submit(TrainJob(), str(run_dir))
-        rundir.write_json_atomic({**record, "job_id": str(job.job_id),
-                                  "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / JOB_JSON)
+        rundir.write_json_atomic(
+            {**record, "job_id": str(job.job_id), "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, work / JOB_JSON
+        )
     log(cfg, f"submitted {backend} job {job.job_id}")
     return job
 
 
-def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str | Path,
-           restart: bool = False, prefetched: list[str | Path] = ()) -> dict[str, Any]:
+def launch(
+    run_config: dict[str, Any],
+    base_model_json: str | Path,
+    run_dir: str | Path,
+    restart: bool = False,
+    prefetched: list[str | Path] = (),
+) -> dict[str, Any]:
     """Submit (or re-attach to) the run's job and wait for it; return done.json's content."""
     run_dir = Path(run_dir)
     base_model = json.loads(Path(base_model_json).read_text())
@@ -383,8 +439,11 @@ def launch(run_config: dict[str, Any], base_model_json: str | Path, run_dir: str
     except Exception as e:  # the job's own error: re-raise with where to look
         raise LaunchError(
             f"run {cfg['run']}: {backend} job {job.job_id} failed: {type(e).__name__}: {str(e)[-2000:]}\n"
-            f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}") from e
+            f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}"
+        ) from e
     if result is None:  # stopped by a signal without a requeue (e.g. max_num_timeout spent)
-        raise LaunchError(f"run {cfg['run']}: {backend} job {job.job_id} stopped before the end (signalled, not "
-                          f"requeued); rerun to resume from its checkpoint")
+        raise LaunchError(
+            f"run {cfg['run']}: {backend} job {job.job_id} stopped before the end (signalled, not "
+            f"requeued); rerun to resume from its checkpoint"
+        )
     return result

@@ -72,35 +72,64 @@ def measure_run(cfg: dict[str, Any], steps: int, startup_extra_s: float) -> dict
         trainer.checkpoint(steps)
         checkpoint_s = time.perf_counter() - t
     episodes = steps * trainer.t.prompts_per_step * trainer.t.num_generations
-    return {"generate_tokens_per_s": tokens / rollout_s[0], "update_tokens_per_s": tokens / (steps_s - rollout_s[0]),
-            "calls_per_episode": calls / episodes, "tokens_per_call": tokens / calls,
-            # an eval runs each problem eval_samples times: tokens per episode, not per problem
-            "eval_tokens_per_episode": eval_tokens / (trainer.t.eval_samples *
-                                                      sum(len(v) for v in trainer.eval_splits.values())),
-            "eval_tokens_per_s": eval_tokens / eval_s, "startup_s": startup_s, "checkpoint_s": checkpoint_s,
-            "step_s": steps_s / steps}
+    return {
+        "generate_tokens_per_s": tokens / rollout_s[0],
+        "update_tokens_per_s": tokens / (steps_s - rollout_s[0]),
+        "calls_per_episode": calls / episodes,
+        "tokens_per_call": tokens / calls,
+        # an eval runs each problem eval_samples times: tokens per episode, not per problem
+        "eval_tokens_per_episode": eval_tokens
+        / (trainer.t.eval_samples * sum(len(v) for v in trainer.eval_splits.values())),
+        "eval_tokens_per_s": eval_tokens / eval_s,
+        "startup_s": startup_s,
+        "checkpoint_s": checkpoint_s,
+        "step_s": steps_s / steps,
+    }
 
 
-def measure(config: dict[str, Any], matrix: str | None, results: str | Path, steps: int = 2,
-            directory: Path = MEASURED_DIR, out=sys.stdout) -> list[Path]:
+def measure(
+    config: dict[str, Any],
+    matrix: str | None,
+    results: str | Path,
+    steps: int = 2,
+    directory: Path = MEASURED_DIR,
+    out=sys.stdout,
+) -> list[Path]:
     """Measure one run per workflow and task of the matrix on this machine; record each; return the files."""
     from trainer.sweep.launch import resolve_run_config as with_base_model
 
     runs = runs_to_measure(config, matrix)
-    missing = sorted({str(Path(results) / "models" / r.scale / "model.json") for r in runs
-                      if not (Path(results) / "models" / r.scale / "model.json").exists()})
+    missing = sorted(
+        {
+            str(Path(results) / "models" / r.scale / "model.json")
+            for r in runs
+            if not (Path(results) / "models" / r.scale / "model.json").exists()
+        }
+    )
     if missing:
-        raise ConfigError(f"plan --measure trains from the base models, and {missing} do not exist: build them "
-                          f"first with `snakemake {' '.join(missing)}`")
+        raise ConfigError(
+            f"plan --measure trains from the base models, and {missing} do not exist: build them "
+            f"first with `snakemake {' '.join(missing)}`"
+        )
     device, extra, written = device_name(), import_seconds(), []
     for run in runs:
         run_config = resolve_run_config(config, run)
         base = json.loads((Path(results) / "models" / run.scale / "model.json").read_text())
         m = measure_run(with_base_model(run_config, base), steps, extra)
-        entry = {"model": run_config["model"]["name"], "backend": run_config["training"]["generation_backend"],
-                 "workflow": run.workflow, "task": run.task, "measured_by": "plan --measure", "run": str(run),
-                 "threads": run_config["resources"].get("cpus", 1), **m}
+        entry = {
+            "model": run_config["model"]["name"],
+            "backend": run_config["training"]["generation_backend"],
+            "workflow": run.workflow,
+            "task": run.task,
+            "measured_by": "plan --measure",
+            "run": str(run),
+            "threads": run_config["resources"].get("cpus", 1),
+            **m,
+        }
         written.append(record_rate(entry, device, directory))
-        print(f"measured {run} on {device}: {m['step_s']:.2f} s/step, {m['generate_tokens_per_s']:.0f} generated "
-              f"and {m['update_tokens_per_s']:.0f} trained tokens/s, start-up {m['startup_s']:.1f} s", file=out)
+        print(
+            f"measured {run} on {device}: {m['step_s']:.2f} s/step, {m['generate_tokens_per_s']:.0f} generated "
+            f"and {m['update_tokens_per_s']:.0f} trained tokens/s, start-up {m['startup_s']:.1f} s",
+            file=out,
+        )
     return sorted(set(written))

@@ -39,8 +39,9 @@ def cpu_name() -> str:
     """The CPU model name (`lscpu`'s Model name), without importing torch."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                        platform.processor() or "cpu")
+            return next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor() or "cpu"
+            )
     except OSError:
         return platform.processor() or "cpu"
 
@@ -79,12 +80,14 @@ def load_rates(directory: Path = MEASURED_DIR) -> list[dict[str, Any]]:
     return out
 
 
-def find_rate(rates: list[dict[str, Any]], device: str, model: str, backend: str, workflow: str,
-              task: str) -> dict[str, Any] | None:
+def find_rate(
+    rates: list[dict[str, Any]], device: str, model: str, backend: str, workflow: str, task: str
+) -> dict[str, Any] | None:
     """The best entry for a run: this device (its name contains `device`, case-insensitive), model and backend,
     of the run's workflow and task where one was measured, else one measured for the model shape alone."""
-    found = [r for r in rates if device.lower() in r["device"].lower() and r["model"] == model
-             and r["backend"] == backend]
+    found = [
+        r for r in rates if device.lower() in r["device"].lower() and r["model"] == model and r["backend"] == backend
+    ]
     exact = [r for r in found if r.get("workflow") == workflow and r.get("task") == task]
     shape = [r for r in found if r.get("workflow") is None]
     best = exact or shape

@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 FLOAT32 = 4
-GENERATE_LOGITS_COPIES = 4   # logits, processed scores, probabilities, and the top-p sort of a decode step
-PREFILL_ACTIVATION_WIDTHS = 6   # a layer's q, k, v, attention output and the MLP's gate, up (x intermediate/hidden)
-UPDATE_LOGITS_COPIES = 3     # logits, log-softmax, and their gradient
-UPDATE_LAYER_WIDTHS = 16     # a recomputed layer's saved activations in hidden-size floats per token
+GENERATE_LOGITS_COPIES = 4  # logits, processed scores, probabilities, and the top-p sort of a decode step
+PREFILL_ACTIVATION_WIDTHS = 6  # a layer's q, k, v, attention output and the MLP's gate, up (x intermediate/hidden)
+UPDATE_LOGITS_COPIES = 3  # logits, log-softmax, and their gradient
+UPDATE_LAYER_WIDTHS = 16  # a recomputed layer's saved activations in hidden-size floats per token
 
 
 def _get(shape: Any, key: str, default: Any = None) -> Any:
@@ -58,8 +58,15 @@ def prefill_bytes(shape: Any, dtype_bytes: int, distinct: int, rows: int, prompt
     return max(distinct * kv + activations, rows * kv) + distinct * _get(shape, "vocab_size") * FLOAT32
 
 
-def update_bytes(shape: Any, dtype_bytes: int, rows: int, width: int, completion: int,
-                 checkpointing: bool = True, trained_params: int = 0) -> int:
+def update_bytes(
+    shape: Any,
+    dtype_bytes: int,
+    rows: int,
+    width: int,
+    completion: int,
+    checkpointing: bool = True,
+    trained_params: int = 0,
+) -> int:
     """Peak bytes of one update micro-batch's forward and backward: `rows` rows `width` tokens long, of
     which `completion` positions (per row) get logits; the gradients of `trained_params` float32 parameters."""
     tokens = rows * width

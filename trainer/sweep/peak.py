@@ -9,7 +9,7 @@ eval that did not happen or did not count.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["SMOOTHING_WINDOW", "smooth", "peak_index", "curve_peak"]
 
@@ -30,7 +30,7 @@ def smooth(values: Sequence[float], window: int) -> list[float]:
         raise ValueError(f"smoothing window {window}: at least 1")
     out = []
     for i, v in enumerate(values):
-        seen = [float(x) for x in values[max(0, i - window + 1): i + 1] if not math.isnan(x)]
+        seen = [float(x) for x in values[max(0, i - window + 1) : i + 1] if not math.isnan(x)]
         out.append(math.nan if math.isnan(v) or not seen else sum(seen) / len(seen))
     return out
 

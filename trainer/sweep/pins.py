@@ -27,13 +27,27 @@ def hub_sources(config: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for scale, entry in (config.get("scales") or {}).items():
         if needs_model_prefetch(entry["model"]) and not Path(entry["model"]).exists():
-            out.append({"kind": "model", "name": entry["model"], "revision": entry.get("revision"),
-                        "json": f"models/{scale}.json", "where": f"scales.{scale}"})
+            out.append(
+                {
+                    "kind": "model",
+                    "name": entry["model"],
+                    "revision": entry.get("revision"),
+                    "json": f"models/{scale}.json",
+                    "where": f"scales.{scale}",
+                }
+            )
     for task, entry in (config.get("tasks") or {}).items():
         for spec in hf_dataset_specs(entry):
             if not any(s["kind"] == "dataset" and s["name"] == spec["path"] for s in out):
-                out.append({"kind": "dataset", "name": spec["path"], "revision": spec.get("revision"),
-                            "json": f"datasets/{dataset_key(spec['path'])}.json", "where": f"tasks.{task}"})
+                out.append(
+                    {
+                        "kind": "dataset",
+                        "name": spec["path"],
+                        "revision": spec.get("revision"),
+                        "json": f"datasets/{dataset_key(spec['path'])}.json",
+                        "where": f"tasks.{task}",
+                    }
+                )
     return out
 
 
@@ -44,8 +58,10 @@ def hub_commit(kind: str, name: str) -> str:
     try:
         return HfApi().repo_info(name, repo_type=kind).sha
     except Exception as e:  # hub errors have many types; all mean: not resolved
-        raise PrefetchError(f"{kind} {name}: its commit could not be resolved on the hub ({type(e).__name__}: {e}); "
-                            f"run its prefetch rule first, or write `revision:` into the config by hand") from e
+        raise PrefetchError(
+            f"{kind} {name}: its commit could not be resolved on the hub ({type(e).__name__}: {e}); "
+            f"run its prefetch rule first, or write `revision:` into the config by hand"
+        ) from e
 
 
 def resolve(source: dict[str, Any], prefetched: Path) -> str:
@@ -65,9 +81,9 @@ def insert_pins(text: str, pins: dict[tuple[str, str], str]) -> str:
         key = "model" if kind == "model" else "path"
         value = rf"(?:{re.escape(name)}|'{re.escape(name)}'|\"{re.escape(name)}\")"
         block = re.compile(rf"^(?P<indent>[ \t]*(?:- )?){key}:[ \t]*{value}[ \t]*(?:#.*)?$", re.MULTILINE)
-        text = block.sub(lambda m: f'{m.group(0)}\n{" " * len(m.group("indent"))}revision: "{commit}"', text)
+        text = block.sub(lambda m, c=commit: f'{m.group(0)}\n{" " * len(m.group("indent"))}revision: "{c}"', text)
         flow = re.compile(rf"([{{,][ \t]*{key}:[ \t]*{value})([ \t]*[,}}])")
-        text = flow.sub(lambda m: f'{m.group(1)}, revision: "{commit}"{m.group(2)}', text)
+        text = flow.sub(lambda m, c=commit: f'{m.group(1)}, revision: "{c}"{m.group(2)}', text)
     return text
 
 
@@ -94,7 +110,9 @@ def pin_config(config_path: str | Path, prefetched: str | Path) -> dict[str, str
     placed = {(s["kind"], s["name"]): s["revision"] for s in hub_sources(new)}
     missed = [f"{kind} {name}" for (kind, name), commit in pins.items() if placed.get((kind, name)) != commit]
     if missed or without_revisions(new) != without_revisions(config):
-        raise ValueError(f"{config_path}: could not place `revision:` for {missed or 'every source'} in its text; "
-                         f"add them by hand: {json.dumps({f'{k} {n}': c for (k, n), c in pins.items()})}")
+        raise ValueError(
+            f"{config_path}: could not place `revision:` for {missed or 'every source'} in its text; "
+            f"add them by hand: {json.dumps({f'{k} {n}': c for (k, n), c in pins.items()})}"
+        )
     config_path.write_text(new_text)
     return {s["where"] + f" ({s['kind']} {s['name']})": pins[(s["kind"], s["name"])] for s in todo}

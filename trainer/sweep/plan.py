@@ -28,11 +28,41 @@ from trainer.sweep.disk import run_disk
 from trainer.sweep.gate import assess
 from trainer.sweep.measured import cpu_name, load_rates
 
-COLUMNS = ["run", "scale", "workflow", "task", "policy", "seed", "variant", "device", "gpus", "cpus",
-           "calls_per_step", "tokens_per_step", "step_s", "eval_s", "run_s", "gpu_hours", "time_limit_s", "fits",
-           "eval_one_s", "eval_bound_s", "step_bound_s", "time_min", "gate", "gate_reason",
-           "memory_gib", "checkpoint_gb", "disk_peak_gb", "log_gb",
-           "source", "actual_s", "actual_step_s", "predicted_over_actual", "eval_assumed"]
+COLUMNS = [
+    "run",
+    "scale",
+    "workflow",
+    "task",
+    "policy",
+    "seed",
+    "variant",
+    "device",
+    "gpus",
+    "cpus",
+    "calls_per_step",
+    "tokens_per_step",
+    "step_s",
+    "eval_s",
+    "run_s",
+    "gpu_hours",
+    "time_limit_s",
+    "fits",
+    "eval_one_s",
+    "eval_bound_s",
+    "step_bound_s",
+    "time_min",
+    "gate",
+    "gate_reason",
+    "memory_gib",
+    "checkpoint_gb",
+    "disk_peak_gb",
+    "log_gb",
+    "source",
+    "actual_s",
+    "actual_step_s",
+    "predicted_over_actual",
+    "eval_assumed",
+]
 
 
 def run_device(run_config: dict[str, Any], gpu: str) -> str:
@@ -52,8 +82,13 @@ def actual_times(run_dir: Path, results: Path, run: str) -> tuple[float, float]:
     return total, float(train.groupby("step")["time_s"].max().mean())
 
 
-def plan_rows(config: dict[str, Any], results: str | Path, matrix: str | None = None, gpu: str = "H100",
-              rates: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+def plan_rows(
+    config: dict[str, Any],
+    results: str | Path,
+    matrix: str | None = None,
+    gpu: str = "H100",
+    rates: list[dict[str, Any]] | None = None,
+) -> pd.DataFrame:
     """One row per run of the matrix (see COLUMNS); runs with nothing to plan from have NaN figures and
     say why in `source`."""
     results = Path(results)
@@ -65,11 +100,24 @@ def plan_rows(config: dict[str, Any], results: str | Path, matrix: str | None = 
         scale = config["scales"][run.scale]
         predicted = {**assess(str(run), cfg, scale, rates, device), **run_disk(cfg, scale)}
         actual_s, actual_step_s = actual_times(results / "runs" / str(run), results, str(run))
-        rows.append({"run": str(run), "scale": run.scale, "workflow": run.workflow, "task": run.task,
-                     "policy": run.policy, "seed": run.seed, "variant": run.variant or "", "device": device,
-                     "gpus": cfg["resources"].get("gpus", 0), "cpus": cfg["resources"].get("cpus", 1), **predicted,
-                     "actual_s": actual_s, "actual_step_s": actual_step_s,
-                     "eval_assumed": ", ".join(assumed_splits(cfg))})  # splits of ASSUMED_EVAL_PROBLEMS
+        rows.append(
+            {
+                "run": str(run),
+                "scale": run.scale,
+                "workflow": run.workflow,
+                "task": run.task,
+                "policy": run.policy,
+                "seed": run.seed,
+                "variant": run.variant or "",
+                "device": device,
+                "gpus": cfg["resources"].get("gpus", 0),
+                "cpus": cfg["resources"].get("cpus", 1),
+                **predicted,
+                "actual_s": actual_s,
+                "actual_step_s": actual_step_s,
+                "eval_assumed": ", ".join(assumed_splits(cfg)),
+            }
+        )  # splits of ASSUMED_EVAL_PROBLEMS
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     df["predicted_over_actual"] = df["run_s"] / df["actual_s"]
     return df
@@ -89,37 +137,50 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
     lines = []
     named = df.assign(variant=df["variant"].replace("", "(none)"))
     for by in ("scale", "workflow") + (("variant",) if (df["variant"] != "").any() else ()):
-        g = named.groupby(by, sort=False).agg(runs=("run", "size"), hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
-                                           gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)), step_s=("step_s", "mean"),
-                                           eval_one_h=("eval_one_s", lambda s: s.mean() / 3600),
-                                           disk_peak_gb=("disk_peak_gb", lambda s: s.sum(min_count=1)),
-                                           not_fitting=("fits", lambda s: int((s == False).sum())))  # noqa: E712
+        g = named.groupby(by, sort=False).agg(
+            runs=("run", "size"),
+            hours=("run_s", lambda s: s.sum(min_count=1) / 3600),
+            gpu_hours=("gpu_hours", lambda s: s.sum(min_count=1)),
+            step_s=("step_s", "mean"),
+            eval_one_h=("eval_one_s", lambda s: s.mean() / 3600),
+            disk_peak_gb=("disk_peak_gb", lambda s: s.sum(min_count=1)),
+            not_fitting=("fits", lambda s: int((not s).sum())),
+        )  # noqa: E712
         lines += [f"per {by}:", g.to_string(float_format=lambda v: f"{v:.2f}"), ""]
     for scale, g in df.groupby("scale", sort=False):
         sources = sorted(set(g["source"]))
         lines.append(f"{scale}: step time " + "; ".join(sources))
     total_h = df["run_s"].sum() / 3600
-    lines += ["", f"total: {len(df)} runs, {total_h:.2f} run-hours, {df['gpu_hours'].sum():.1f} GPU-hours, "
-                  f"wall time {wall_time_s(df['run_s'].dropna().tolist(), parallel) / 3600:.2f} h "
-                  f"running {parallel} at a time"]
+    lines += [
+        "",
+        f"total: {len(df)} runs, {total_h:.2f} run-hours, {df['gpu_hours'].sum():.1f} GPU-hours, "
+        f"wall time {wall_time_s(df['run_s'].dropna().tolist(), parallel) / 3600:.2f} h "
+        f"running {parallel} at a time",
+    ]
     late = df[df["fits"] == False]  # noqa: E712 (NaN rows are neither)
     if len(late):
         lines.append(f"{len(late)} runs would NOT fit their time limit (time_min x (1 + max_num_timeout)):")
-        lines += [f"  {r.run}: {r.run_s / 3600:.1f} h predicted, limit {r.time_limit_s / 3600:.1f} h"
-                  for r in late.itertuples()]
+        lines += [
+            f"  {r.run}: {r.run_s / 3600:.1f} h predicted, limit {r.time_limit_s / 3600:.1f} h"
+            for r in late.itertuples()
+        ]
     lines += gate_lines(df) + disk_lines(df)
     assumed = sorted({f"{r.task}: {r.eval_assumed}" for r in df.itertuples() if r.eval_assumed})
     if assumed:
-        lines.append(f"eval splits read whole (eval_problems: all) whose size is unknown are ASSUMED to hold "
-                     f"{ASSUMED_EVAL_PROBLEMS} problems: " + "; ".join(assumed))
+        lines.append(
+            f"eval splits read whole (eval_problems: all) whose size is unknown are ASSUMED to hold "
+            f"{ASSUMED_EVAL_PROBLEMS} problems: " + "; ".join(assumed)
+        )
     unknown = df[df["run_s"].isna()]
     if len(unknown):
         lines.append(f"{len(unknown)} runs cannot be planned: " + "; ".join(sorted(set(unknown["source"]))))
     done = df.dropna(subset=["actual_s"])
     if len(done):
-        lines.append(f"finished runs: predicted over actual {done['run_s'].sum() / done['actual_s'].sum():.2f} in "
-                     f"total (per run {done['predicted_over_actual'].min():.2f}-"
-                     f"{done['predicted_over_actual'].max():.2f}, {len(done)} runs)")
+        lines.append(
+            f"finished runs: predicted over actual {done['run_s'].sum() / done['actual_s'].sum():.2f} in "
+            f"total (per run {done['predicted_over_actual'].min():.2f}-"
+            f"{done['predicted_over_actual'].max():.2f}, {len(done)} runs)"
+        )
     return "\n".join(lines)
 
 
@@ -138,10 +199,12 @@ def disk_lines(df: pd.DataFrame) -> list[str]:
     """Disk per run (the largest) and in total: one checkpoint, the checkpoints' peak, the logs."""
     if df["checkpoint_gb"].isna().all():
         return []
-    return [f"disk (trainer/sweep/disk.py): one checkpoint up to {df['checkpoint_gb'].max():.2f} GB, a run's "
-            f"checkpoints at most {df['disk_peak_gb'].max():.2f} GB and its logs {df['log_gb'].max():.2f} GB; "
-            f"in total {df['disk_peak_gb'].sum():.1f} GB of checkpoints and {df['log_gb'].sum():.1f} GB of logs "
-            f"under results/ (`python -m trainer clean` removes superseded state)"]
+    return [
+        f"disk (trainer/sweep/disk.py): one checkpoint up to {df['checkpoint_gb'].max():.2f} GB, a run's "
+        f"checkpoints at most {df['disk_peak_gb'].max():.2f} GB and its logs {df['log_gb'].max():.2f} GB; "
+        f"in total {df['disk_peak_gb'].sum():.1f} GB of checkpoints and {df['log_gb'].sum():.1f} GB of logs "
+        f"under results/ (`python -m trainer clean` removes superseded state)"
+    ]
 
 
 def write_plan(df: pd.DataFrame, out: str | Path) -> Path:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 MODEL_RULE = "prefetch_model"
 DATASET_RULE = "prefetch_dataset"
@@ -42,29 +43,42 @@ def content_hash(path: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def fetch_repo(repo_id: str, repo_type: str, revision: str | None = None, cache_dir: str | None = None,
-               local_files_only: bool = False) -> dict[str, Any]:
+def fetch_repo(
+    repo_id: str,
+    repo_type: str,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    local_files_only: bool = False,
+) -> dict[str, Any]:
     """snapshot_download into the Hugging Face cache; the revision resolved to its commit hash."""
     from huggingface_hub import snapshot_download
 
     try:
-        path = snapshot_download(repo_id, repo_type=repo_type, revision=revision, cache_dir=cache_dir,
-                                 local_files_only=local_files_only)
+        path = snapshot_download(
+            repo_id, repo_type=repo_type, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only
+        )
     except Exception as e:  # hub errors have many types; all mean: not fetched
         raise PrefetchError(f"{repo_type} {repo_id} (revision {revision or 'main'}): {type(e).__name__}: {e}") from e
     return {"kind": repo_type, "name": repo_id, "revision": Path(path).name, "path": str(path)}
 
 
-def prefetch(name: str, kind: str, revision: str | None = None, cache_dir: str | None = None,
-             config_names: list[str] | None = None) -> dict[str, Any]:
+def prefetch(
+    name: str,
+    kind: str,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    config_names: list[str] | None = None,
+) -> dict[str, Any]:
     """What the prefetch rules write: a local path's content hash, or a hub repository's commit (a dataset's
     `config_names`, the configurations the runs read, each prepared and listed)."""
     if Path(name).exists():
         return {"kind": kind, "name": name, "content_hash": content_hash(name), "path": str(Path(name).resolve())}
     info = fetch_repo(name, kind, revision, cache_dir)
     if revision is not None and info["revision"] != revision:
-        raise PrefetchError(f"{kind} {name}: the hub resolved commit {info['revision']}, config.yaml pins {revision} "
-                            f"(pin a full commit hash; to pin the hub's new one, delete that `revision:` and run `python -m trainer pin`)")
+        raise PrefetchError(
+            f"{kind} {name}: the hub resolved commit {info['revision']}, config.yaml pins {revision} "
+            f"(pin a full commit hash; to pin the hub's new one, delete that `revision:` and run `python -m trainer pin`)"
+        )
     if kind == "dataset":
         prepare_dataset(name, info["revision"], config_names)
         if config_names:
@@ -116,8 +130,10 @@ def pinned_revision(specs: list[dict[str, Any]], repo_id: str, where: str) -> st
     """The one revision that the sources reading hub dataset `repo_id` pin (None: unpinned)."""
     found = {s.get("revision") for s in specs if s.get("path") == repo_id}
     if len(found) > 1:
-        raise ValueError(f"{where}: dataset {repo_id} is pinned to several revisions {sorted(map(str, found))}; "
-                         f"give every source of it the same `revision`")
+        raise ValueError(
+            f"{where}: dataset {repo_id} is pinned to several revisions {sorted(map(str, found))}; "
+            f"give every source of it the same `revision`"
+        )
     return next(iter(found), None)
 
 
@@ -129,17 +145,25 @@ def revision_arg(revision: str | None) -> str:
 def check_pin(pinned: str | None, doc: dict[str, Any], run: str) -> None:
     """A prefetch JSON of another commit than the config pins (fetched before the pin): fetch again."""
     if pinned is not None and "revision" in doc and doc["revision"] != pinned:
-        raise PrefetchError(f"run {run}: {doc['kind']} {doc['name']}: config.yaml pins {pinned}, the prefetch JSON "
-                            f"holds {doc['revision']}; run the prefetch rule again (delete results/prefetch/ of it)")
+        raise PrefetchError(
+            f"run {run}: {doc['kind']} {doc['name']}: config.yaml pins {pinned}, the prefetch JSON "
+            f"holds {doc['revision']}; run the prefetch rule again (delete results/prefetch/ of it)"
+        )
 
 
 def pin_prefetched(run_config: dict[str, Any], prefetched: list[dict[str, Any]]) -> dict[str, Any]:
     """The run config with the prefetched revisions and content hashes in its hashed sections
     (model, task_params): a new revision is a new config hash; a revision config.yaml pins must be the one
     prefetched (so the hash of a pinned config is the config's alone)."""
-    cfg = {**run_config, "model": dict(run_config["model"]),
-           "task_params": {**run_config["task_params"], "train": dict(run_config["task_params"].get("train") or {}),
-                           "eval": [dict(s) for s in run_config["task_params"].get("eval") or []]}}
+    cfg = {
+        **run_config,
+        "model": dict(run_config["model"]),
+        "task_params": {
+            **run_config["task_params"],
+            "train": dict(run_config["task_params"].get("train") or {}),
+            "eval": [dict(s) for s in run_config["task_params"].get("eval") or []],
+        },
+    }
     for doc in prefetched:
         pin = {k: doc[k] for k in ("revision", "content_hash") if k in doc}
         if doc["kind"] == "model" and doc["name"] == cfg["model"]["name"]:
@@ -160,18 +184,23 @@ def require_cached(run_config: dict[str, Any], cache_dir: str | None = None) -> 
     if needs_model_prefetch(model["name"]) and not Path(model["name"]).exists():
         wanted.append(("model", model["name"], model.get("revision"), MODEL_RULE, f"models/{run_config['scale']}"))
     for spec in hf_dataset_specs(run_config["task_params"]):
-        wanted.append(("dataset", spec["path"], spec.get("revision"), DATASET_RULE,
-                       f"datasets/{dataset_key(spec['path'])}"))
+        wanted.append(
+            ("dataset", spec["path"], spec.get("revision"), DATASET_RULE, f"datasets/{dataset_key(spec['path'])}")
+        )
     for kind, name, revision, rule, target in wanted:
-        where = (f"train jobs run offline (HF_HUB_OFFLINE=1): run the `{rule}` rule on the login node first "
-                 f"(snakemake results/prefetch/{target}.json; the sweep runs it before `train`)")
+        where = (
+            f"train jobs run offline (HF_HUB_OFFLINE=1): run the `{rule}` rule on the login node first "
+            f"(snakemake results/prefetch/{target}.json; the sweep runs it before `train`)"
+        )
         if revision is None:
             raise PrefetchError(f"run {run_config['run']}: {kind} {name} has no pinned revision; {where}")
         try:
             fetch_repo(name, kind, revision, cache_dir, local_files_only=True)
         except PrefetchError as e:
-            raise PrefetchError(f"run {run_config['run']}: {kind} {name} revision {revision} is not in the Hugging "
-                                f"Face cache ({e}); {where}") from e
+            raise PrefetchError(
+                f"run {run_config['run']}: {kind} {name} revision {revision} is not in the Hugging "
+                f"Face cache ({e}); {where}"
+            ) from e
 
 
 def use_hf_home(config: dict[str, Any]) -> None:

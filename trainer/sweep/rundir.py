@@ -63,7 +63,7 @@ def checkpoint_tmp_dir(work: Path, step: int) -> Path:
 
 def checkpoints(work: Path) -> list[Path]:
     """The whole checkpoints under work/ (`step-NNNNNN`, not one moved aside as damaged), oldest first."""
-    return sorted(p for p in (work / CHECKPOINTS_DIR).glob("step-*") if p.name[len("step-"):].isdigit())
+    return sorted(p for p in (work / CHECKPOINTS_DIR).glob("step-*") if p.name[len("step-") :].isdigit())
 
 
 def incomplete_checkpoints(work: Path) -> list[Path]:
@@ -74,37 +74,43 @@ def incomplete_checkpoints(work: Path) -> list[Path]:
 def run_is_done(done: dict[str, Any] | None, config: dict[str, Any] | None) -> bool:
     """Whether done.json says the run finished under config.json's config (same hash): every step, or
     ended early by an early warning (training.on_warning: stop; done.json's `stopped_early`)."""
-    return bool(done and config and done.get("config_hash") == config["config_hash"]
-                and (done.get("steps_done") == config["training"]["max_steps"] or done.get("stopped_early")))
+    return bool(
+        done
+        and config
+        and done.get("config_hash") == config["config_hash"]
+        and (done.get("steps_done") == config["training"]["max_steps"] or done.get("stopped_early"))
+    )
 
 
-def _schemas() -> dict[str, "pa.Schema"]:
+def _schemas() -> dict[str, pa.Schema]:
     """The parquet schemas (built on first use: see the note on imports)."""
     import pyarrow as pa
 
     # One row per (step, role). grad_* are this role's contribution to its policy's gradient, pre-clip.
-    TRAIN_SCHEMA = pa.schema([
-        ("step", pa.int64()),
-        ("role", pa.string()),
-        ("policy", pa.string()),
-        ("n_turns", pa.int64()),
-        ("n_tokens", pa.int64()),
-        ("reward_mean", pa.float64()),
-        ("reward_std", pa.float64()),
-        ("adv_abs_mean", pa.float64()),
-        ("loss", pa.float64()),
-        ("grad_norm", pa.float64()),
-        ("grad_sq_share", pa.float64()),
-        ("grad_cos_others", pa.float64()),  # cosine with the other roles' gradient on the same policy
-        ("entropy", pa.float64()),
-        ("kl", pa.float64()),
-        ("clip_ratio", pa.float64()),
-        ("completion_len_mean", pa.float64()),
-        ("lr", pa.float64()),
-        ("skipped", pa.bool_()),  # the step's update was skipped (non-finite loss or gradient)
-        ("logp_mismatch", pa.float64()),  # mean |log p_engine - log p_trainer| over sampled tokens (vllm; else NaN)
-        ("time_s", pa.float64()),
-    ])
+    TRAIN_SCHEMA = pa.schema(
+        [
+            ("step", pa.int64()),
+            ("role", pa.string()),
+            ("policy", pa.string()),
+            ("n_turns", pa.int64()),
+            ("n_tokens", pa.int64()),
+            ("reward_mean", pa.float64()),
+            ("reward_std", pa.float64()),
+            ("adv_abs_mean", pa.float64()),
+            ("loss", pa.float64()),
+            ("grad_norm", pa.float64()),
+            ("grad_sq_share", pa.float64()),
+            ("grad_cos_others", pa.float64()),  # cosine with the other roles' gradient on the same policy
+            ("entropy", pa.float64()),
+            ("kl", pa.float64()),
+            ("clip_ratio", pa.float64()),
+            ("completion_len_mean", pa.float64()),
+            ("lr", pa.float64()),
+            ("skipped", pa.bool_()),  # the step's update was skipped (non-finite loss or gradient)
+            ("logp_mismatch", pa.float64()),  # mean |log p_engine - log p_trainer| over sampled tokens (vllm; else NaN)
+            ("time_s", pa.float64()),
+        ]
+    )
     # Further float columns of train.parquet (optional, written by the trainer since early warning):
     # zero_var_group_share: the share of the role's GRPO groups (prompt x role instance) whose rewards all
     # agree, so that their advantages are zero (advantage collapse).
@@ -116,25 +122,31 @@ def _schemas() -> dict[str, "pa.Schema"]:
     EVAL_SCHEMA = _eval_schema()
 
     # A bounded sample of whole episodes per eval: one row per turn.
-    SAMPLES_SCHEMA = pa.schema([
-        ("step", pa.int64()),
-        ("split", pa.string()),
-        ("episode", pa.int64()),
-        ("problem_id", pa.string()),
-        ("turn", pa.int64()),
-        ("role", pa.string()),
-        ("agent", pa.int64()),
-        ("prompt", pa.string()),
-        ("completion", pa.string()),
-        ("reward", pa.float64()),
-        ("final_answer", pa.string()),
-        ("correct", pa.bool_()),
-    ])
-    return {"TRAIN_SCHEMA": TRAIN_SCHEMA, "EVAL_SCHEMA": EVAL_SCHEMA, "SAMPLES_SCHEMA": SAMPLES_SCHEMA,
-            "WARNINGS_SCHEMA": _warnings_schema()}
+    SAMPLES_SCHEMA = pa.schema(
+        [
+            ("step", pa.int64()),
+            ("split", pa.string()),
+            ("episode", pa.int64()),
+            ("problem_id", pa.string()),
+            ("turn", pa.int64()),
+            ("role", pa.string()),
+            ("agent", pa.int64()),
+            ("prompt", pa.string()),
+            ("completion", pa.string()),
+            ("reward", pa.float64()),
+            ("final_answer", pa.string()),
+            ("correct", pa.bool_()),
+        ]
+    )
+    return {
+        "TRAIN_SCHEMA": TRAIN_SCHEMA,
+        "EVAL_SCHEMA": EVAL_SCHEMA,
+        "SAMPLES_SCHEMA": SAMPLES_SCHEMA,
+        "WARNINGS_SCHEMA": _warnings_schema(),
+    }
 
 
-def _eval_schema() -> "pa.Schema":
+def _eval_schema() -> pa.Schema:
     """eval.parquet's required columns."""
     import pyarrow as pa
 
@@ -142,33 +154,37 @@ def _eval_schema() -> "pa.Schema":
     # is run k times (training.eval_samples, trainer/rl/evaluation.py): accuracy is the mean over all
     # n_episodes = n x k, accuracy_std the std (ddof 1) of the k per-sample accuracies (NaN at k = 1),
     # pass_at_k the share of problems with a correct sample (accuracy at k = 1).
-    return pa.schema([
-        ("step", pa.int64()),
-        ("split", pa.string()),
-        ("accuracy", pa.float64()),
-        ("n", pa.int64()),
-        ("final_answer_parse_rate", pa.float64()),
-        ("time_s", pa.float64()),
-        ("k", pa.int64()),
-        ("accuracy_std", pa.float64()),
-        ("pass_at_k", pa.float64()),
-        ("n_episodes", pa.int64()),
-    ])
+    return pa.schema(
+        [
+            ("step", pa.int64()),
+            ("split", pa.string()),
+            ("accuracy", pa.float64()),
+            ("n", pa.int64()),
+            ("final_answer_parse_rate", pa.float64()),
+            ("time_s", pa.float64()),
+            ("k", pa.int64()),
+            ("accuracy_std", pa.float64()),
+            ("pass_at_k", pa.float64()),
+            ("n_episodes", pa.int64()),
+        ]
+    )
 
 
-def _warnings_schema() -> "pa.Schema":
+def _warnings_schema() -> pa.Schema:
     """One row per early warning: a detector of trainer/rl/early_warning.py crossing its threshold (onset)
     on a role's signal at a step; `version` is the detectors' definition version (EARLY_WARNING_VERSION)."""
     import pyarrow as pa
 
-    return pa.schema([
-        ("step", pa.int64()),
-        ("role", pa.string()),
-        ("detector", pa.string()),
-        ("value", pa.float64()),
-        ("threshold", pa.float64()),
-        ("version", pa.int64()),
-    ])
+    return pa.schema(
+        [
+            ("step", pa.int64()),
+            ("role", pa.string()),
+            ("detector", pa.string()),
+            ("value", pa.float64()),
+            ("threshold", pa.float64()),
+            ("version", pa.int64()),
+        ]
+    )
 
 
 _SCHEMAS: dict[str, Any] = {}
@@ -182,9 +198,16 @@ def __getattr__(name: str) -> Any:
         return _SCHEMAS[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # The detectors a warnings.parquet may name (trainer/rl/early_warning.py defines them; the analysis judges them).
-EARLY_WARNING_DETECTORS = ("entropy_collapse", "advantage_collapse", "grad_norm_spike", "capture", "amplification",
-                           "train_inference_mismatch")
+EARLY_WARNING_DETECTORS = (
+    "entropy_collapse",
+    "advantage_collapse",
+    "grad_norm_spike",
+    "capture",
+    "amplification",
+    "train_inference_mismatch",
+)
 
 TIME_COLUMNS = ("time_s",)  # the only columns that may differ between two runs with the same seed
 
@@ -197,7 +220,7 @@ def with_eval_samples(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "k": 1, "accuracy_std": float("nan"), "pass_at_k": row["accuracy"], "n_episodes": row["n"]}
 
 
-def optional_types() -> dict[str, "pa.DataType"]:
+def optional_types() -> dict[str, pa.DataType]:
     """The optional (extra) columns whose type is not float64: train.parquet's per-agent gradients.
 
     With training.agent_gradients (trainer/rl/agent_gradients.py), each (step, role) row has the role's
@@ -264,9 +287,9 @@ def lock_held(path: str | Path) -> bool:
 
 
 # The run id is part of this contract; analysis reads it from here.
-from trainer.sweep.runid import RunId, parse_run_id  # noqa: E402,F401
 # So is the smoothed peak (the trainer keeps its checkpoint, the analysis reports it): one definition.
 from trainer.sweep.peak import SMOOTHING_WINDOW, curve_peak, peak_index, smooth  # noqa: E402,F401
+from trainer.sweep.runid import RunId, parse_run_id  # noqa: E402,F401
 
 
 def pid_alive(pid: int) -> bool:
@@ -318,12 +341,17 @@ def workflow_roles(config: dict[str, Any]) -> WorkflowRoles:
     """
     if ROLES_KEY in config:
         parallel = config.get(PARALLEL_ROLE_KEY)
-        return WorkflowRoles(tuple(config[ROLES_KEY]), parallel["role"] if parallel else None,
-                             float(parallel["agents"]) if parallel else 1.0)
+        return WorkflowRoles(
+            tuple(config[ROLES_KEY]),
+            parallel["role"] if parallel else None,
+            float(parallel["agents"]) if parallel else 1.0,
+        )
     if config.get("workflow") not in LEGACY_ROLES:
-        raise ValueError(f"{config.get('run')}: config.json has no `{ROLES_KEY}` and its workflow "
-                         f"{config.get('workflow')!r} is not one whose roles are known without it; rerun it "
-                         f"(the launcher records the roles in config.json)")
+        raise ValueError(
+            f"{config.get('run')}: config.json has no `{ROLES_KEY}` and its workflow "
+            f"{config.get('workflow')!r} is not one whose roles are known without it; rerun it "
+            f"(the launcher records the roles in config.json)"
+        )
     roles, parallel = LEGACY_ROLES[config["workflow"]]
     if parallel is None:
         return WorkflowRoles(roles, None, 1.0)

@@ -53,8 +53,13 @@ class RunId:
     def axes(self) -> dict[str, str | int]:
         """The run's values by axis name; `variant` only where the run has one, so that a plain run's
         resolved config (which spreads these) stays what it was before variants existed."""
-        axes: dict[str, str | int] = {"workflow": self.workflow, "task": self.task, "scale": self.scale,
-                                      "policy": self.policy, "seed": self.seed}
+        axes: dict[str, str | int] = {
+            "workflow": self.workflow,
+            "task": self.task,
+            "scale": self.scale,
+            "policy": self.policy,
+            "seed": self.seed,
+        }
         if self.variant:
             axes["variant"] = self.variant
         return axes

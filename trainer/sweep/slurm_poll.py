@@ -20,8 +20,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-LIVE_SLURM_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING", "SUSPENDED",
-                     "REQUEUE_HOLD", "REQUEUE_FED", "STOPPED", "SIGNALING", "STAGE_OUT"}
+LIVE_SLURM_STATES = {
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "CONFIGURING",
+    "COMPLETING",
+    "RESIZING",
+    "SUSPENDED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "STOPPED",
+    "SIGNALING",
+    "STAGE_OUT",
+}
 SNAPSHOT = ".squeue.json"
 SNAPSHOT_LOCK = ".squeue.lock"
 
@@ -34,8 +46,12 @@ def squeue_jobs() -> dict[str, tuple[str, str]]:
     """Every job of this user squeue lists (ended ones too, while SLURM keeps them): id -> (state, comment);
     an array's tasks one by one (-r), as ARRAYID_INDEX, pending ones included. `-u`: the sweep's jobs are the
     submitting user's, and listing every user's jobs is the slow part of a poll on a busy cluster."""
-    proc = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T|%k"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "all", "-u", getpass.getuser(), "-o", "%i|%T|%k"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if proc.returncode != 0:
         raise SlurmError(f"squeue failed ({proc.returncode}): {proc.stderr.strip()}")
     rows = [line.split("|", 2) for line in proc.stdout.splitlines() if line.count("|") >= 2]
@@ -79,8 +95,7 @@ def slurm_state(job_id: str, shared_dir: Path | None = None, max_age_s: float = 
     if shared_dir is not None:
         entry = shared_snapshot(shared_dir, max_age_s)["jobs"].get(str(job_id))
         return entry[0] if entry else None
-    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], capture_output=True,
-                          text=True)
+    proc = subprocess.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True)
     states = proc.stdout.split()
     return states[0].upper() if proc.returncode == 0 and states else None
 
@@ -88,8 +103,9 @@ def slurm_state(job_id: str, shared_dir: Path | None = None, max_age_s: float = 
 def slurm_jobs_tagged(tag: str) -> list[str]:
     """Ids of live SLURM jobs whose comment is `tag` (a job submitted just before a launcher died,
     before it could record the job in job.json)."""
-    return [job_id for job_id, (state, comment) in squeue_jobs().items()
-            if comment == tag and state in LIVE_SLURM_STATES]
+    return [
+        job_id for job_id, (state, comment) in squeue_jobs().items() if comment == tag and state in LIVE_SLURM_STATES
+    ]
 
 
 def cancel_slurm_job(job_id: str, timeout_s: float = 120) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from trainer.sweep import rundir
 from trainer.sweep.config import expand_matrix
 from trainer.sweep.launch import JOB_JSON, LIVE_SLURM_STATES, grace_warning
+
 ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|CANCELLED|DUE TO TIME LIMIT|Killed)")
 
 
@@ -46,8 +47,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def slurm_states() -> dict[str, str] | None:
     """Every job squeue lists (ended ones too, while SLURM keeps them): id -> state; None without SLURM."""
     try:
-        proc = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T"], capture_output=True, text=True,
-                              timeout=60)
+        proc = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T"], capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
         return None
     if proc.returncode != 0:
@@ -125,17 +125,28 @@ def run_state(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStat
     # before run_is_done, which counts a done-early run as done
     if done and config and done.get("config_hash") == config["config_hash"] and done.get("stopped_early"):
         w = done["stopped_early"]  # training.on_warning: stop (trainer/rl/early_warning.py)
-        return RunStatus(run, "done-early", f"stopped at step {done['steps_done']}/{max_steps}: {w['detector']} on "
-                                            f"{w['role']}", step=done["steps_done"], max_steps=max_steps)
+        return RunStatus(
+            run,
+            "done-early",
+            f"stopped at step {done['steps_done']}/{max_steps}: {w['detector']} on {w['role']}",
+            step=done["steps_done"],
+            max_steps=max_steps,
+        )
     if rundir.run_is_done(done, config):
-        return RunStatus(run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps,
-                         max_steps=max_steps)
+        return RunStatus(
+            run, "done", f"{max_steps} steps, {done.get('wall_time_s', 0):.0f}s", step=max_steps, max_steps=max_steps
+        )
     job = read_json(work / JOB_JSON)
     progress = read_json(work / rundir.PROGRESS_JSON)
     failure = read_json(work / rundir.FAILURE_JSON)
     if done and config and job is None and progress is None and failure is None:
-        return RunStatus(run, "outdated", f"done.json is of config {done.get('config_hash')}, config.json of "
-                                          f"{config['config_hash']}: rerun it (restart)", max_steps=max_steps)
+        return RunStatus(
+            run,
+            "outdated",
+            f"done.json is of config {done.get('config_hash')}, config.json of "
+            f"{config['config_hash']}: rerun it (restart)",
+            max_steps=max_steps,
+        )
     if job is None and progress is None and failure is None:
         return RunStatus(run, "not started", "config.json written, nothing submitted", max_steps=max_steps)
     step, where = progress_text(progress, max_steps)
@@ -150,10 +161,12 @@ def run_state(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStat
         return RunStatus(run, "failed", failure["error"][:300], job_id, step, max_steps)
     if job and job.get("backend") == "slurm" and squeue is not None and not (progress and progress["phase"] == "done"):
         ended = squeue.get(job_id, "no longer listed").lower()
-        return RunStatus(run, "failed", f"job {job_id} {ended} at {where}: {last_error_line(job_log(job))}",
-                         job_id, step, max_steps)
-    return RunStatus(run, "interrupted", f"{where}{evals_so_far(work)}, no live job; a rerun resumes it", job_id, step,
-                     max_steps)
+        return RunStatus(
+            run, "failed", f"job {job_id} {ended} at {where}: {last_error_line(job_log(job))}", job_id, step, max_steps
+        )
+    return RunStatus(
+        run, "interrupted", f"{where}{evals_so_far(work)}, no live job; a rerun resumes it", job_id, step, max_steps
+    )
 
 
 def matrix_status(config: dict[str, Any], results: str | Path, matrix: str | None = None) -> list[RunStatus]:
@@ -222,8 +235,10 @@ def stale_lock_message(workdir: Path) -> str | None:
     holders = [pid for pid, argv in snakemake_processes(workdir) if not (pid in mine and "--nolock" in argv)]
     if holders:
         return None
-    return (f"STALE LOCK: {workdir / '.snakemake' / 'locks'} holds {len(locks)} lock files and no Snakemake process "
-            f"runs in {workdir} on this host: the Snakemake that took them was killed. If no Snakemake of this "
-            f"directory runs on another host, clear them with `snakemake --unlock` (add the same --profile and "
-            f"--config options), then run the same command again: finished runs are kept, runs whose SLURM job is "
-            f"still alive are re-attached (not resubmitted), interrupted runs resume from their last checkpoint.")
+    return (
+        f"STALE LOCK: {workdir / '.snakemake' / 'locks'} holds {len(locks)} lock files and no Snakemake process "
+        f"runs in {workdir} on this host: the Snakemake that took them was killed. If no Snakemake of this "
+        f"directory runs on another host, clear them with `snakemake --unlock` (add the same --profile and "
+        f"--config options), then run the same command again: finished runs are kept, runs whose SLURM job is "
+        f"still alive are re-attached (not resubmitted), interrupted runs resume from their last checkpoint."
+    )

@@ -70,8 +70,11 @@ class TrainJob(Checkpointable):
         return outcome.get("result")
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        print("SIGTERM (scontrol requeue, preemption or scancel): stopping now, keeping every completed step",
-              file=sys.stderr, flush=True)
+        print(
+            "SIGTERM (scontrol requeue, preemption or scancel): stopping now, keeping every completed step",
+            file=sys.stderr,
+            flush=True,
+        )
         self._terminated = True
         self._stop.set()
 
@@ -86,7 +89,11 @@ class TrainJob(Checkpointable):
             self._stop.set()
             cfg = json.loads((Path(run_dir) / rundir.CONFIG_JSON).read_text())
             grace = max(1.0, float(from_dict(LauncherSettings, cfg["launcher"], "launcher").signal_delay_s) / 2)
-            print(f"[{cfg['run']}] signalled: stopping now, the step in progress is abandoned (waiting up to "
-                  f"{grace:.0f}s for the checkpoint)", file=sys.stderr, flush=True)
+            print(
+                f"[{cfg['run']}] signalled: stopping now, the step in progress is abandoned (waiting up to "
+                f"{grace:.0f}s for the checkpoint)",
+                file=sys.stderr,
+                flush=True,
+            )
             thread.join(timeout=grace)
         return DelayedSubmission(TrainJob(), run_dir)  # the requeued job resumes; it never restarts

@@ -37,8 +37,11 @@ def variant_runs(config: dict[str, Any], matrix: str, plain: list[RunId]) -> lis
     runs = []
     for name, delta in matrix_variants(config, matrix).items():
         limited = variant_workflows(delta)
-        runs += [dataclasses.replace(r, variant=name) for r in plain
-                 if r.variant is None and r.workflow in multi_agent and (limited is None or r.workflow in limited)]
+        runs += [
+            dataclasses.replace(r, variant=name)
+            for r in plain
+            if r.variant is None and r.workflow in multi_agent and (limited is None or r.workflow in limited)
+        ]
     return runs
 
 
@@ -50,8 +53,9 @@ def variant_delta(config: dict[str, Any], variant: str) -> dict[str, Any]:
     in_use = matrix_variants(config, config["matrix"])
     if variant in in_use:
         return in_use[variant]
-    found = {name: m["variants"][variant] for name, m in config["matrices"].items()
-             if variant in (m.get("variants") or {})}
+    found = {
+        name: m["variants"][variant] for name, m in config["matrices"].items() if variant in (m.get("variants") or {})
+    }
     deltas = list({repr(d): d for d in found.values()}.values())
     if len(deltas) != 1:
         where = f"matrices {sorted(found)} define it differently" if found else "no matrix defines it"
@@ -83,6 +87,8 @@ def variant_problems(config: dict[str, Any]) -> list[str]:
                         problems.append(f"{where}.{section}.{key}: {key!r} has no entry in `{section}`")
             limited = variant_workflows(delta)
             if limited is not None and not limited & set(m["workflows"]):
-                problems.append(f"{where}: changes only workflows {sorted(limited)}, none of which matrix "
-                                f"{matrix!r} runs ({m['workflows']}): a variant of 0 runs")
+                problems.append(
+                    f"{where}: changes only workflows {sorted(limited)}, none of which matrix "
+                    f"{matrix!r} runs ({m['workflows']}): a variant of 0 runs"
+                )
     return problems

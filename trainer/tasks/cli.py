@@ -79,8 +79,10 @@ def read_requests(task: str, stream: TextIO, name: str) -> list[tuple[str | None
                 raise InputError(f"{where}: a code line needs 'task_id'/'problem_id' or 'tests'")
             found = catalog.get(pid)
             if found is None:
-                raise InputError(f"{where}: unknown problem id {pid!r} (known: HumanEval/0..163, "
-                                 "synthetic_functions/<split>/s<seed>/<index>)")
+                raise InputError(
+                    f"{where}: unknown problem id {pid!r} (known: HumanEval/0..163, "
+                    "synthetic_functions/<split>/s<seed>/<index>)"
+                )
             problem = found
         out.append((pid, problem, completion))
     return out
@@ -92,8 +94,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--task", required=True, choices=["math", "code"])
     ap.add_argument("file", help="JSONL of completions ('-' for stdin)")
     ap.add_argument("--workers", type=int, default=None, help="scoring pool size (default: the job's CPUs)")
-    ap.add_argument("--allow-unisolated-sandbox", action="store_true",
-                    help="a RISK: run code programs unisolated where no sandbox isolation works (else refuse)")
+    ap.add_argument(
+        "--allow-unisolated-sandbox",
+        action="store_true",
+        help="a RISK: run code programs unisolated where no sandbox isolation works (else refuse)",
+    )
     args = ap.parse_args(argv)
     try:
         if args.file == "-":
@@ -113,8 +118,7 @@ def main(argv: list[str]) -> int:
     finally:
         task.close()
     for (pid, _, _), s in zip(requests, scores):
-        sys.stdout.write(json.dumps({"problem_id": pid, "score": s.score, "parsed": s.parsed,
-                                     "error": s.error}) + "\n")
+        sys.stdout.write(json.dumps({"problem_id": pid, "score": s.score, "parsed": s.parsed, "error": s.error}) + "\n")
     sys.stdout.flush()
     return 0
 

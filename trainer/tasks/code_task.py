@@ -33,7 +33,7 @@ def extract_code(text: str) -> str | None:
         return blocks[-1].strip("\n")
     opens = list(_OPEN_FENCE.finditer(text))
     if opens:
-        return text[opens[-1].end():].strip("\n")
+        return text[opens[-1].end() :].strip("\n")
     return text.strip("\n")
 
 
@@ -64,7 +64,9 @@ def parse_spec(answer: str) -> dict[str, Any]:
         return spec
     if kind == "stdio" and isinstance(spec.get("cases"), list):
         return spec
-    raise ValueError(f"tests spec: expected kind 'assert' with 'code' or 'stdio' with 'cases', got {str(answer)[:200]!r}")
+    raise ValueError(
+        f"tests spec: expected kind 'assert' with 'code' or 'stdio' with 'cases', got {str(answer)[:200]!r}"
+    )
 
 
 class CodeTask(Task):
@@ -72,8 +74,13 @@ class CodeTask(Task):
 
     name = "code"
 
-    def __init__(self, workers: int | None = None, limits: Limits | None = None,
-                 sandbox: Sandbox | None = None, allow_unisolated_sandbox: bool = False) -> None:
+    def __init__(
+        self,
+        workers: int | None = None,
+        limits: Limits | None = None,
+        sandbox: Sandbox | None = None,
+        allow_unisolated_sandbox: bool = False,
+    ) -> None:
         super().__init__(workers)
         # executions start from a small helper process: a fork of the trainer costs ~3x more;
         # it raises SandboxUnavailable here, before any scoring, where nothing isolates the programs
@@ -104,8 +111,9 @@ class CodeTask(Task):
             try:
                 self.sandbox_runs += 1
                 if spec["kind"] == "assert":
-                    verdict = self.sandbox.run_assert(code, spec["code"], spec.get("prelude") or "",
-                                                      spec.get("entry_points"))
+                    verdict = self.sandbox.run_assert(
+                        code, spec["code"], spec.get("prelude") or "", spec.get("entry_points")
+                    )
                 else:
                     verdict = self.sandbox.run_stdio(code, spec["cases"])
             except Exception as e:  # noqa: BLE001 - a sandbox failure scores 0, never raises

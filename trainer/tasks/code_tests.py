@@ -134,7 +134,7 @@ def functional_test_code(fn_name: str, cases: list[tuple[list, Any]]) -> str:
     floats within 1e-6; like TACO, an expected singleton list also accepts its element.
     """
     data = json.dumps([[args, out] for args, out in cases])
-    return f'''import json as _json, math as _math, copy as _copy
+    return f"""import json as _json, math as _math, copy as _copy
 _CASES = _json.loads({data!r})
 _PLAIN = (int, float, str, bool, type(None), list, tuple, dict)
 def _same(a, b):
@@ -150,4 +150,4 @@ def _same(a, b):
 for _i, (_args, _want) in enumerate(_CASES):
     _got = {fn_name}(*_copy.deepcopy(_args))
     assert _same(_got, _want) or (isinstance(_want, list) and len(_want) == 1 and _same(_got, _want[0])), "case %d" % _i
-'''
+"""

@@ -43,7 +43,7 @@ def extract_boxed(text: str) -> str | None:
             i += 1
         if depth:  # unclosed (e.g. a cut-off completion): keep the last complete one
             return found
-        found = text[m.end():i - 1].strip()
+        found = text[m.end() : i - 1].strip()
         pos = i
 
 
@@ -59,8 +59,11 @@ class _Worker:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(WORKER_SCRIPT)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
         )
         self._buf = b""
 
@@ -183,7 +186,9 @@ class MathTask(Task):
             return Score(1.0, True, None) if g == p else Score(0.0, True, "wrong answer")
         reply = self.pool.call({"op": "verify", "gold": str(gold), "pred": pred})
         ok = bool(reply.get("ok"))
-        return Score(1.0 if ok else 0.0, bool(reply.get("parsed")), None if ok else reply.get("error") or "wrong answer")
+        return Score(
+            1.0 if ok else 0.0, bool(reply.get("parsed")), None if ok else reply.get("error") or "wrong answer"
+        )
 
     def answers_agree(self, a: str | None, b: str | None) -> bool:
         """Whether two extracted answers are math-verify equivalent (either direction)."""

@@ -83,7 +83,7 @@ class Execution:
     stdout: str
     stderr: str
     timed_out: bool
-    error: str | None = None     # could not run at all
+    error: str | None = None  # could not run at all
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,25 @@ class Sandbox:
     `allow_unisolated` is False); `python` the interpreter (default: the job's own).
     """
 
-    def __init__(self, limits: Limits | None = None, python: str | None = None, mechanism: str | None = None,
-                 allow_unisolated: bool = False, uid_base: int = UID_BASE, uid_count: int = UID_COUNT) -> None:
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        python: str | None = None,
+        mechanism: str | None = None,
+        allow_unisolated: bool = False,
+        uid_base: int = UID_BASE,
+        uid_count: int = UID_COUNT,
+    ) -> None:
         self.limits = limits or Limits()
         self.root = os.geteuid() == 0
         self.python = python or interpreter()
         self.uid_base, self.uid_count = uid_base, uid_count
         if self.root:
-            self.base_dir = ROOT_BASE_DIR if os.path.isdir(os.path.dirname(ROOT_BASE_DIR)) \
+            self.base_dir = (
+                ROOT_BASE_DIR
+                if os.path.isdir(os.path.dirname(ROOT_BASE_DIR))
                 else os.path.join(tempfile.gettempdir(), "trainer-sandbox-root")
+            )
             os.makedirs(self.base_dir, mode=0o711, exist_ok=True)
             st = os.lstat(self.base_dir)
             if st.st_uid != 0 or not os.path.isdir(self.base_dir) or os.path.islink(self.base_dir):
@@ -137,14 +147,26 @@ class Sandbox:
         return (tail[-1].strip()[:300] if tail else "") or f"the probe program exited with {ex.returncode}"
 
     def _env(self, home: str) -> dict[str, str]:
-        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                "HOME": home, "TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1"}
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "HOME": home,
+            "TMPDIR": home,
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
 
     # -- one execution -------------------------------------------------------------------
 
-    def execute(self, args: list[str], stdin: bytes | None = None, pipes: dict[str, bytes] | None = None,
-                files: dict[str, str] | None = None, timeout_s: float | None = None,
-                mechanism: str | None = None) -> Execution:
+    def execute(
+        self,
+        args: list[str],
+        stdin: bytes | None = None,
+        pipes: dict[str, bytes] | None = None,
+        files: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        mechanism: str | None = None,
+    ) -> Execution:
         """Run `python -I -S ARGS` in the sandbox; an arg `{name}` becomes a pipe fd or a file path.
 
         -S: the program sees the standard library only, whatever the node's Python has installed
@@ -182,8 +204,9 @@ class Sandbox:
                 inp.write(stdin)
                 inp.seek(0)
             try:
-                proc = self._start(argv, cwd, self._env(home), child_setup(self.limits, uid, view), inp, out, err,
-                                   readers)
+                proc = self._start(
+                    argv, cwd, self._env(home), child_setup(self.limits, uid, view), inp, out, err, readers
+                )
             except (OSError, subprocess.SubprocessError) as e:
                 log.warning("sandbox could not start %s: %s", argv[0], e)
                 return Execution(None, "", "", False, f"sandbox could not start: {e}")
@@ -203,8 +226,9 @@ class Sandbox:
             if lease:
                 lease.release(clean)
 
-    def _command(self, mechanism: str, program: list[str], rundir: str, input_dir: str | None,
-                 uid: int | None) -> tuple[list[str], str, str, dict | None]:
+    def _command(
+        self, mechanism: str, program: list[str], rundir: str, input_dir: str | None, uid: int | None
+    ) -> tuple[list[str], str, str, dict | None]:
         """(argv, working directory to start in, HOME as the program sees it, `sandbox_view` spec)."""
         if mechanism == UNISOLATED:
             cwd = os.path.join(rundir, "work")
@@ -233,14 +257,29 @@ class Sandbox:
             paths[name] = path if unisolated else f"/input/{name}"
         return input_dir, paths
 
-    def _start(self, argv: list[str], cwd: str, env: dict[str, str], setup: Callable[[], None],
-               inp: IO[bytes] | None, out: IO[bytes], err: IO[bytes], readers: list[int]) -> subprocess.Popen:
+    def _start(
+        self,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        setup: Callable[[], None],
+        inp: IO[bytes] | None,
+        out: IO[bytes],
+        err: IO[bytes],
+        readers: list[int],
+    ) -> subprocess.Popen:
         """Start the program in its own session; closes stdin's file and the pipes' read ends."""
         try:
             return subprocess.Popen(
-                argv, cwd=cwd, env=env,
-                stdin=inp if inp is not None else subprocess.DEVNULL, stdout=out, stderr=err,
-                pass_fds=tuple(readers), close_fds=True, start_new_session=True,
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=inp if inp is not None else subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=tuple(readers),
+                close_fds=True,
+                start_new_session=True,
                 preexec_fn=setup,
             )
         finally:
@@ -253,6 +292,7 @@ class Sandbox:
     @staticmethod
     def _feed(wfd: int, payload: bytes) -> None:
         """Write the payload into the pipe (in a thread when it exceeds the pipe buffer) and close it."""
+
         def feed() -> None:
             try:
                 view = memoryview(payload)
@@ -263,6 +303,7 @@ class Sandbox:
                 pass
             finally:
                 os.close(wfd)
+
         if len(payload) <= 60000:
             feed()
         else:
@@ -301,8 +342,7 @@ class Sandbox:
 
     # -- test kinds ----------------------------------------------------------------------
 
-    def run_assert(self, code: str, tests: str, prelude: str = "",
-                   entry_points: list[str] | None = None) -> Verdict:
+    def run_assert(self, code: str, tests: str, prelude: str = "", entry_points: list[str] | None = None) -> Verdict:
         """Pass when `tests` (assert-style, raising on failure) run to the end against `code`.
 
         With `entry_points` (the names the tests call), the tests run in a separate process
@@ -311,8 +351,7 @@ class Sandbox:
         token = os.urandom(16).hex()
         if entry_points:
             secret = {"token": token, "prelude": prelude, "tests": tests, "entry_points": list(entry_points)}
-            pipes = {"secret": pickle.dumps(secret, 4),
-                     "code": pickle.dumps({"prelude": prelude, "code": code}, 4)}
+            pipes = {"secret": pickle.dumps(secret, 4), "code": pickle.dumps({"prelude": prelude, "code": code}, 4)}
             ex = self.execute(["-c", runner_source("split"), "{secret}", "{code}"], pipes=pipes)
         else:
             payload = pickle.dumps({"token": token, "prelude": prelude, "code": code, "tests": tests}, 4)
@@ -336,8 +375,12 @@ class Sandbox:
             left = budget - (time.monotonic() - start)
             if left <= 0:
                 return Verdict(False, f"case {i}: total timeout of {budget:g}s")
-            ex = self.execute(["{candidate.py}"], stdin=str(case.get("input", "")).encode(),
-                              files={"candidate.py": code}, timeout_s=min(self.limits.timeout_s, left))
+            ex = self.execute(
+                ["{candidate.py}"],
+                stdin=str(case.get("input", "")).encode(),
+                files={"candidate.py": code},
+                timeout_s=min(self.limits.timeout_s, left),
+            )
             if ex.error:
                 return Verdict(False, ex.error)
             if ex.timed_out:

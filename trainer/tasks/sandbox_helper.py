@@ -71,8 +71,13 @@ class HelperSandbox:
         # the helper imports this checkout's trainer package, wherever the caller found it
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.Popen([sys.executable, "-m", "trainer.tasks.sandbox_helper"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=env, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.tasks.sandbox_helper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
         _write(proc.stdin, (self.limits, self.mechanism))
         with self._lock:
             self._all.append(proc)

@@ -9,6 +9,7 @@ these; `trainer.tasks.sandbox_mechanisms` says what holds under each mechanism.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import random
@@ -29,13 +30,13 @@ UID_COUNT = 64
 class Limits:
     """Resource limits of one execution."""
 
-    timeout_s: float = 10.0      # wall clock
-    cpu_s: int = 10              # RLIMIT_CPU
-    memory_mb: int = 2048        # RLIMIT_AS
-    file_size_mb: int = 16       # RLIMIT_FSIZE (also bounds captured stdout/stderr)
-    nproc: int = 32              # RLIMIT_NPROC (processes of the sandbox uid)
-    nofile: int = 128            # RLIMIT_NOFILE
-    tmpfs_mb: int = 64           # size of the working-directory tmpfs
+    timeout_s: float = 10.0  # wall clock
+    cpu_s: int = 10  # RLIMIT_CPU
+    memory_mb: int = 2048  # RLIMIT_AS
+    file_size_mb: int = 16  # RLIMIT_FSIZE (also bounds captured stdout/stderr)
+    nproc: int = 32  # RLIMIT_NPROC (processes of the sandbox uid)
+    nofile: int = 128  # RLIMIT_NOFILE
+    tmpfs_mb: int = 64  # size of the working-directory tmpfs
     output_bytes: int = 1 << 20  # stdout/stderr kept in memory
 
 
@@ -44,7 +45,7 @@ def _proc_stat(pid: str) -> tuple[str, int, int, int] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode("utf-8", "replace")
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         uid = os.stat(f"/proc/{pid}").st_uid
         return fields[0], int(fields[2]), int(fields[3]), uid
     except (OSError, ValueError, IndexError):
@@ -75,20 +76,16 @@ def kill_all(session: int | None = None, uid: int | None = None, timeout_s: floa
     me, deadline, pause = os.getpid(), time.monotonic() + timeout_s, 0.002
     while True:
         if session is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(session, signal.SIGKILL)
-            except OSError:
-                pass
         pids = [p for p in leftover_processes(session, uid) if p != me]
         if not pids:
             return True
         if time.monotonic() > deadline:
             return False
         for p in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
         time.sleep(pause)
         pause = min(0.05, pause * 1.5)
 
@@ -131,10 +128,8 @@ def _count_own_processes() -> int:
     uid = os.getuid()
     n = 0
     for name in os.listdir("/proc"):
-        try:
+        with contextlib.suppress(OSError):
             n += name.isdigit() and os.stat(f"/proc/{name}").st_uid == uid
-        except OSError:
-            pass
     return n
 
 

@@ -39,9 +39,11 @@ WHAT_HOLDS = {
     "userns": "an unprivileged user namespace with mount, network and pid namespaces and a read-only view",
     UNISOLATED: "NO isolation: programs run as the job's user",
 }
-RISK = (f"sandbox: running model-written programs WITHOUT isolation ({OPT_OUT}: true): they run as this "
-        "job's user and can read and write its files (checkpoints, results, ~/.ssh), signal its processes "
-        "and reach the network; only resource limits and timeouts hold")
+RISK = (
+    f"sandbox: running model-written programs WITHOUT isolation ({OPT_OUT}: true): they run as this "
+    "job's user and can read and write its files (checkpoints, results, ~/.ssh), signal its processes "
+    "and reach the network; only resource limits and timeouts hold"
+)
 
 _chosen: dict[tuple, str] = {}
 _lock = threading.Lock()
@@ -75,29 +77,61 @@ def bwrap_path() -> str | None:
 
 def bwrap_command(program: list[str], python: str, input_dir: str | None, size_mb: int) -> list[str]:
     """The bubblewrap command that runs `program` in the same view as `sandbox_view` builds."""
-    args = [bwrap_path() or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    args = [
+        bwrap_path() or "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+    ]
     for p in view_paths(python):
         if os.path.islink(p):
             args += ["--symlink", os.readlink(p), p]
         elif os.path.exists(p):
             args += ["--ro-bind", p, p]
     # /dev/shm: a small tmpfs of its own (bubblewrap binds host paths only, not its /tmp)
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(size_mb << 20), "--tmpfs", "/tmp",
-             "--size", str(1 << 20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--symlink", "/tmp", "/var/tmp"]
+    args += [
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--size",
+        str(size_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(1 << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--symlink",
+        "/tmp",
+        "/var/tmp",
+    ]
     if input_dir:
         args += ["--ro-bind", input_dir, "/input"]
     return args + ["--remount-ro", "/", "--chdir", "/tmp", "--"] + program
 
 
-def view_spec(mechanism: str, python: str, newroot: str, input_dir: str | None, size_mb: int,
-              uid: int | None) -> dict[str, Any] | None:
+def view_spec(
+    mechanism: str, python: str, newroot: str, input_dir: str | None, size_mb: int, uid: int | None
+) -> dict[str, Any] | None:
     """`sandbox_view.enter`'s spec for root and userns; None for bwrap (which builds the view) and unisolated."""
     if mechanism not in ("root", "userns"):
         return None
     opts = f"size={size_mb}m,mode=0700" + (f",uid={uid},gid={uid}" if uid is not None else "")
-    return {"user": mechanism == "userns", "uid": uid if mechanism == "root" else None, "root": newroot,
-            "ro": view_paths(python), "input": input_dir, "tmpfs": opts}
+    return {
+        "user": mechanism == "userns",
+        "uid": uid if mechanism == "root" else None,
+        "root": newroot,
+        "ro": view_paths(python),
+        "input": input_dir,
+        "tmpfs": opts,
+    }
 
 
 def choose(probe: Callable[[str], str | None], root: bool, python: str, allow_unisolated: bool) -> str:
@@ -126,10 +160,12 @@ def choose(probe: Callable[[str], str | None], root: bool, python: str, allow_un
         if not allow_unisolated:
             raise SandboxUnavailable(
                 "sandbox: no isolation mechanism works here, so model-written programs are not run. Tried "
-                + "; ".join(failures) + ". Run the job as root, install bubblewrap, or allow unprivileged user "
+                + "; ".join(failures)
+                + ". Run the job as root, install bubblewrap, or allow unprivileged user "
                 f"namespaces (sysctl user.max_user_namespaces > 0; kernel.unprivileged_userns_clone=1 on some "
                 f"kernels); or set {OPT_OUT}: true to run them unisolated, as the job's user (a risk: they can "
-                "read and write its files, signal its processes and reach the network)")
+                "read and write its files, signal its processes and reach the network)"
+            )
         log.warning("%s (no mechanism works: %s)", RISK, "; ".join(failures))
         _chosen[key] = UNISOLATED
         return UNISOLATED

@@ -50,7 +50,7 @@ libc.syscall.restype = ctypes.c_long
 def _check(ret: int, what: str) -> None:
     if ret != 0:
         e = ctypes.get_errno()
-        raise OSError(e, "%s: %s" % (what, os.strerror(e)))
+        raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -110,7 +110,7 @@ def _view(spec: dict[str, Any]) -> None:
     try:
         _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError as e:  # a container masking parts of /proc forbids a new one: run without /proc
-        os.write(2, ("sandbox: no /proc inside (%s)\n" % e).encode())
+        os.write(2, (f"sandbox: no /proc inside ({e})\n").encode())
     os.makedirs(new + "/tmp", 0o755)
     _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, spec["tmpfs"])
     for shadow in ("/var/tmp", "/dev/shm"):
@@ -148,8 +148,8 @@ def enter(spec: dict[str, Any]) -> None:
         _check(libc.unshare(flags | (CLONE_NEWUSER if spec["user"] else 0)), "unshare")
         if spec["user"]:
             _write("/proc/self/setgroups", "deny")
-            _write("/proc/self/uid_map", "%d %d 1\n" % (uid, uid))
-            _write("/proc/self/gid_map", "%d %d 1\n" % (gid, gid))
+            _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
         pid = os.fork()
         if pid:
             _wait(pid)
@@ -160,5 +160,5 @@ def enter(spec: dict[str, Any]) -> None:
             os.setgid(spec["uid"])
             os.setuid(spec["uid"])
     except OSError as e:
-        os.write(2, ("sandbox isolation failed: %s\n" % e).encode("utf-8", "replace"))
+        os.write(2, (f"sandbox isolation failed: {e}\n").encode("utf-8", "replace"))
         os._exit(126)

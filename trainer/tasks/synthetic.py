@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 EVAL_FRACTION = 0.2  # share of the universe reserved for eval splits
 
@@ -75,7 +76,7 @@ def _templates() -> list[Template]:
 
 
 def partition_of(text: str, eval_fraction: float = EVAL_FRACTION, salt: str = "synthetic_functions") -> str:
-    """"eval" or "train": a fixed hash partition of problem texts."""
+    """ "eval" or "train": a fixed hash partition of problem texts."""
     h = int.from_bytes(hashlib.sha256(f"{salt}:{text}".encode()).digest()[:8], "big")
     return "eval" if h / 2**64 < eval_fraction else "train"
 
@@ -109,14 +110,16 @@ def generate(size: int, seed: int, split: str) -> list[dict[str, str]]:
     problems = []
     for i, (text, expr, sig, inputs) in enumerate(order[:size]):
         solution = _solution(expr, sig)
-        problems.append({
-            "id": f"synthetic_functions/{split}/s{seed}/{i}",
-            "question": "Write a Python function " + text,
-            "answer": json.dumps({"kind": "assert", "code": _tests(expr, sig, inputs), "entry_points": ["f"]}),
-            "demonstration": f"```python\n{solution}```",
-            # the beginner's mistake: the value printed, not returned (the tests see None)
-            "flawed": f"```python\n{solution.replace('return ' + expr, f'print({expr})')}```",
-        })
+        problems.append(
+            {
+                "id": f"synthetic_functions/{split}/s{seed}/{i}",
+                "question": "Write a Python function " + text,
+                "answer": json.dumps({"kind": "assert", "code": _tests(expr, sig, inputs), "entry_points": ["f"]}),
+                "demonstration": f"```python\n{solution}```",
+                # the beginner's mistake: the value printed, not returned (the tests see None)
+                "flawed": f"```python\n{solution.replace('return ' + expr, f'print({expr})')}```",
+            }
+        )
     return problems
 
 

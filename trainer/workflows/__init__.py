@@ -14,8 +14,15 @@ modules `trainer.sweep.runid` and `trainer.sweep.rundir`; never `trainer.sweep.c
 rest of the sweep, which imports this package (for names, roles and a run's cost).
 """
 
-from trainer.workflows.base import (PARAM_DEFAULTS, Workflow, answer_format, load_prompts, render, score_episodes,
-                                    workflow_param)
+from trainer.workflows.base import (
+    PARAM_DEFAULTS,
+    Workflow,
+    answer_format,
+    load_prompts,
+    render,
+    score_episodes,
+    workflow_param,
+)
 from trainer.workflows.episode import Completion, Episode, GenerateFn, Turn
 from trainer.workflows.parsers import parse_choice, parse_plan, parse_verdict, strip_verdict
 from trainer.workflows.registry import WORKFLOWS, make_workflow, register, role_facts, workflow_class
@@ -23,6 +30,25 @@ from trainer.workflows.registry import WORKFLOWS, make_workflow, register, role_
 # the built-in workflows register themselves on import
 from trainer.workflows import eval_opt, orch_workers, single, voting  # noqa: E402,F401  isort: skip
 
-__all__ = ["PARAM_DEFAULTS", "WORKFLOWS", "Completion", "Episode", "GenerateFn", "Turn", "Workflow", "answer_format",
-           "load_prompts", "make_workflow", "parse_choice", "parse_plan", "parse_verdict", "register", "render",
-           "role_facts", "score_episodes", "strip_verdict", "workflow_class", "workflow_param"]
+__all__ = [
+    "PARAM_DEFAULTS",
+    "WORKFLOWS",
+    "Completion",
+    "Episode",
+    "GenerateFn",
+    "Turn",
+    "Workflow",
+    "answer_format",
+    "load_prompts",
+    "make_workflow",
+    "parse_choice",
+    "parse_plan",
+    "parse_verdict",
+    "register",
+    "render",
+    "role_facts",
+    "score_episodes",
+    "strip_verdict",
+    "workflow_class",
+    "workflow_param",
+]

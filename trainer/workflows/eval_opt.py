@@ -32,13 +32,18 @@ class EvalOpt(Workflow):
                 if r == 0:
                     prompts.append(self.prompt("generator", problem=ep.problem.question))
                 else:
-                    prompts.append(self.prompt("reviser", problem=ep.problem.question,
-                                               solution=ep.final_text, feedback=feedback[i]))
+                    prompts.append(
+                        self.prompt(
+                            "reviser", problem=ep.problem.question, solution=ep.final_text, feedback=feedback[i]
+                        )
+                    )
             for i, q, o in zip(active, prompts, generate("generator", prompts)):
                 episodes[i].turns.append(Turn("generator", r, q, o))
                 episodes[i].final_text = o.text
-            eval_prompts = [self.prompt("evaluator", problem=episodes[i].problem.question,
-                                        solution=episodes[i].final_text) for i in active]
+            eval_prompts = [
+                self.prompt("evaluator", problem=episodes[i].problem.question, solution=episodes[i].final_text)
+                for i in active
+            ]
             still = []
             for i, q, o in zip(active, eval_prompts, generate("evaluator", eval_prompts)):
                 verdict = parse_verdict(o.text)
@@ -65,8 +70,10 @@ class EvalOpt(Workflow):
     def _judged(self, ep: Episode) -> list[tuple[bool, bool, bool]]:
         """(verdict, whether the judged solution was correct, whether the verdict parsed) per round."""
         gens = [t for t in ep.turns if t.role == "generator"]
-        return [(v, bool(g.score and g.score.score > 0), p)
-                for v, g, p in zip(ep.info["verdicts"], gens, ep.info["verdicts_parsed"])]
+        return [
+            (v, bool(g.score and g.score.score > 0), p)
+            for v, g, p in zip(ep.info["verdicts"], gens, ep.info["verdicts_parsed"])
+        ]
 
     def diagnostics(self, episodes):
         judged = [j for ep in episodes for j in self._judged(ep)]

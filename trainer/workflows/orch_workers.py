@@ -39,8 +39,9 @@ class OrchWorkers(Workflow):
 
     def run(self, problems, generate):
         episodes = [Episode(p) for p in problems]
-        plan_prompts = [self.prompt("orchestrator", problem=p.question, max_subtasks=self.max_subtasks)
-                        for p in problems]
+        plan_prompts = [
+            self.prompt("orchestrator", problem=p.question, max_subtasks=self.max_subtasks) for p in problems
+        ]
         work = []  # (episode index, subtask)
         for i, (q, o) in enumerate(zip(plan_prompts, generate("orchestrator", plan_prompts))):
             subtasks, how = parse_plan(o.text, self.max_subtasks)
@@ -54,8 +55,9 @@ class OrchWorkers(Workflow):
         for (i, _), q, o in zip(work, worker_prompts, generate("worker", worker_prompts)):
             episodes[i].turns.append(Turn("worker", len(results[i]), q, o))
             results[i].append(o.text)
-        synth_prompts = [self.synthesizer_prompt(ep.problem, ep.info["subtasks"], results[i])
-                         for i, ep in enumerate(episodes)]
+        synth_prompts = [
+            self.synthesizer_prompt(ep.problem, ep.info["subtasks"], results[i]) for i, ep in enumerate(episodes)
+        ]
         for ep, q, o in zip(episodes, synth_prompts, generate("synthesizer", synth_prompts)):
             ep.turns.append(Turn("synthesizer", 0, q, o))
             ep.final_text = o.text
@@ -64,8 +66,10 @@ class OrchWorkers(Workflow):
     def demonstrations(self, problem, wrong, rng):
         subtask = problem.question
         return [
-            (self.prompt("orchestrator", problem=problem.question, max_subtasks=self.max_subtasks),
-             f"SUBTASK 1: {subtask}"),
+            (
+                self.prompt("orchestrator", problem=problem.question, max_subtasks=self.max_subtasks),
+                f"SUBTASK 1: {subtask}",
+            ),
             (self.worker_prompt(problem, subtask), problem.demonstration),
             (self.synthesizer_prompt(problem, [subtask], [problem.demonstration]), problem.demonstration),
         ]

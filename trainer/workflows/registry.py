@@ -35,8 +35,10 @@ def register(cls: W) -> W:
     """Class decorator: make `cls` known by `cls.name`, after checking its name and roles."""
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not re.fullmatch(WORKFLOW_NAME, name):
-        raise ValueError(f"workflow class {cls.__qualname__}: name {name!r} must match {WORKFLOW_NAME} "
-                         f"(lowercase, digits, underscores: run ids split on dashes)")
+        raise ValueError(
+            f"workflow class {cls.__qualname__}: name {name!r} must match {WORKFLOW_NAME} "
+            f"(lowercase, digits, underscores: run ids split on dashes)"
+        )
     roles = getattr(cls, "roles", ())
     if not roles or len(set(roles)) != len(roles) or not all(isinstance(r, str) and r for r in roles):
         raise ValueError(f"workflow {name!r}: roles must be distinct non-empty names, got {roles!r}")
@@ -45,8 +47,10 @@ def register(cls: W) -> W:
         raise ValueError(f"workflow {name!r}: answer_roles/parallel_role name {stray}, not among its roles {roles}")
     known = WORKFLOWS.get(name)
     if known is not None and _origin(known) != _origin(cls):
-        raise ValueError(f"workflow {name!r} is registered twice: by {known.__module__}.{known.__qualname__} "
-                         f"and by {cls.__module__}.{cls.__qualname__}")
+        raise ValueError(
+            f"workflow {name!r} is registered twice: by {known.__module__}.{known.__qualname__} "
+            f"and by {cls.__module__}.{cls.__qualname__}"
+        )
     WORKFLOWS[name] = cls
     return cls
 
@@ -55,11 +59,12 @@ def _import_plugin(name: str, module: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as e:
-        raise ValueError(f"workflows.{name}.{PLUGIN_KEY}: cannot import {module!r} "
-                         f"({type(e).__name__}: {e})") from e
+        raise ValueError(f"workflows.{name}.{PLUGIN_KEY}: cannot import {module!r} ({type(e).__name__}: {e})") from e
     if name not in WORKFLOWS:
-        raise ValueError(f"workflows.{name}.{PLUGIN_KEY}: module {module!r} registers no workflow {name!r} "
-                         f"(known now: {sorted(WORKFLOWS)}); decorate its class with @register")
+        raise ValueError(
+            f"workflows.{name}.{PLUGIN_KEY}: module {module!r} registers no workflow {name!r} "
+            f"(known now: {sorted(WORKFLOWS)}); decorate its class with @register"
+        )
 
 
 def workflow_class(name: str, params: dict[str, Any] | None = None) -> type[Workflow]:
@@ -68,8 +73,10 @@ def workflow_class(name: str, params: dict[str, Any] | None = None) -> type[Work
     if name not in WORKFLOWS and module:
         _import_plugin(name, module)
     if name not in WORKFLOWS:
-        raise ValueError(f"unknown workflow {name!r}: known are {sorted(WORKFLOWS)}; one defined outside "
-                         f"trainer/workflows/ needs `workflows.{name}.{PLUGIN_KEY}: <the module that registers it>`")
+        raise ValueError(
+            f"unknown workflow {name!r}: known are {sorted(WORKFLOWS)}; one defined outside "
+            f"trainer/workflows/ needs `workflows.{name}.{PLUGIN_KEY}: <the module that registers it>`"
+        )
     return WORKFLOWS[name]
 
 

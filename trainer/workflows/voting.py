@@ -51,8 +51,10 @@ class Voting(Workflow):
         solutions = [problem.demonstration] + [rng.choice(wrong) for _ in range(self.n_votes - 1)]
         rng.shuffle(solutions)
         pick = solutions.index(problem.demonstration) + 1
-        return [(self.prompt("generator", problem=problem.question), problem.demonstration),
-                (self.aggregator_prompt(problem, solutions), f"\\boxed{{{pick}}}")]
+        return [
+            (self.prompt("generator", problem=problem.question), problem.demonstration),
+            (self.aggregator_prompt(problem, solutions), f"\\boxed{{{pick}}}"),
+        ]
 
     def diagnostics(self, episodes):
         voters = [[t for t in ep.turns if t.role == "generator"] for ep in episodes]
@@ -62,7 +64,7 @@ class Voting(Workflow):
         agree = []
         for vs in voters:
             answers = [self.task.extract_answer(t.completion.text) for t in vs]
-            pairs = [(a, b) for i, a in enumerate(answers) for b in answers[i + 1:]]
+            pairs = [(a, b) for i, a in enumerate(answers) for b in answers[i + 1 :]]
             agree.append(sum(self.task.answers_agree(a, b) for a, b in pairs) / max(len(pairs), 1))
         slots = [ep.info["choice"] for ep in episodes]
         return {

@@ -43,9 +43,9 @@ def _main():
         exec(compile(p.pop("tests"), "<tests>", "exec"), ns)
     except BaseException as e:
         try:
-            msg = "%s: %s: %s" % (stage, type(e).__name__, e)
+            msg = f"{stage}: {type(e).__name__}: {e}"
         except BaseException:
-            msg = "%s: exception" % stage
+            msg = f"{stage}: exception"
         write(2, ("\n" + msg[-2000:]).encode("utf-8", "replace"))
         exit_(1)
     write(1, b"\n" + tok + b"\n")

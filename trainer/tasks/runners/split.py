@@ -36,7 +36,7 @@ def _read_all(fd):
 def _send(fd, data):
     data = struct.pack(">I", len(data)) + data
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _recv(fd):
@@ -72,7 +72,7 @@ def _candidate(code_fd, req_r, resp_w, libc):
         exec(compile(p["code"], "<candidate>", "exec"), ns)
     except BaseException as e:
         try:
-            status = "candidate: %s: %s" % (type(e).__name__, e)
+            status = f"candidate: {type(e).__name__}: {e}"
         except BaseException:
             status = "candidate: exception"
     dumps, send, recv, exit_ = pickle.dumps, _send, _recv, os._exit
@@ -90,11 +90,11 @@ def _candidate(code_fd, req_r, resp_w, libc):
             if isinstance(sol, type) and hasattr(sol, name) and not callable(fn):
                 fn = getattr(sol(), name)
             if not callable(fn):
-                raise NameError("the program does not define %s" % name)
+                raise NameError(f"the program does not define {name}")
             reply = dumps(("ok", fn(*args, **kwargs)), 4)
         except BaseException as e:
             try:
-                reply = dumps(("err", "%s: %s" % (type(e).__name__, e)), 4)
+                reply = dumps(("err", f"{type(e).__name__}: {e}"), 4)
             except BaseException:
                 reply = dumps(("err", "exception"), 4)
         send(resp_w, reply)
@@ -104,9 +104,7 @@ class _Plain(pickle.Unpickler):
     def find_class(self, module, name):
         if module == "builtins" and name in ("set", "frozenset", "complex", "slice", "range"):
             return getattr(builtins, name)
-        raise pickle.UnpicklingError(
-            "the program returned a non-plain value (%s.%s)" % (module, name)
-        )
+        raise pickle.UnpicklingError(f"the program returned a non-plain value ({module}.{name})")
 
 
 class CandidateError(Exception):
@@ -160,9 +158,9 @@ def _main():
         exec(compile(p["tests"], "<tests>", "exec"), ns)
     except BaseException as e:
         try:
-            msg = "%s: %s: %s" % (stage, type(e).__name__, e)
+            msg = f"{stage}: {type(e).__name__}: {e}"
         except BaseException:
-            msg = "%s: exception" % stage
+            msg = f"{stage}: exception"
         os.write(2, ("\n" + msg[-2000:]).encode("utf-8", "replace"))
         os.kill(pid, 9)
         os._exit(1)
