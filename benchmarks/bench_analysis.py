@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_analysis.py [--steps 500] [--multi-only] [--keep DIR] [--cores 2]
 
-Writes planted synthetic logs (benchmarks/synthetic_logs.py) for the paper matrix (108 multi-agent runs, plus
+Writes planted synthetic logs (tests/synthetic_logs.py) for the paper matrix (108 multi-agent runs, plus
 its 18 single-agent baselines unless --multi-only) into a copy of the workflow, runs `snakemake figures` and
 prints the total and the split: snakemake startup and DAG (the dry run), the jobs' Python start-up, loading and
 summarising the runs, the tables, and each figure (from the jobs' `timing` log lines and benchmark files).
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.synthetic_logs import planted_run  # noqa: E402
 from tests.conftest import copy_workflow  # noqa: E402
+from tests.synthetic_logs import planted_run  # noqa: E402
 from trainer.sweep.config import expand_matrix, load_yaml  # noqa: E402
 
 TIMING = re.compile(r"^timing (\S+) ([0-9.]+)s$", re.MULTILINE)

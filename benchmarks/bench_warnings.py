@@ -1,4 +1,4 @@
-"""The early-warning detectors judged on planted synthetic runs (benchmarks/synthetic_logs.py).
+"""The early-warning detectors judged on planted synthetic runs (tests/synthetic_logs.py).
 
     python -m benchmarks.bench_warnings [--out DIR] [--steps 300] [--seeds 3]
 
@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis.curves import summarize_curve
 from analysis.warnings_judged import judge
-from benchmarks.synthetic_logs import planted_run
+from tests.synthetic_logs import planted_run
 from trainer.rl.early_warning import DETECTOR_NAMES, warnings_from_train
 from trainer.sweep import rundir
 

@@ -13,7 +13,7 @@ from analysis.per_run import analyse_run
 from analysis.runs import load_run
 from analysis.settings import AnalysisSettings
 from analysis.signatures import majority_ignored, run_signatures
-from benchmarks.synthetic_logs import write_synthetic_run
+from tests.synthetic_logs import write_synthetic_run
 
 STEPS = np.arange(0, 110, 10)
 

@@ -20,7 +20,7 @@ def demo_runs(workdir) -> list[str]:
 
 
 def test_figures_render_with_missing_cells_and_a_corrupt_run(workdir):
-    from benchmarks.synthetic_logs import planted_run
+    from tests.synthetic_logs import planted_run
 
     runs = demo_runs(workdir)
     missing = [r for r in runs if r.startswith("orch_workers-code-") or r == "voting-math-tiny-isolated-s1"]

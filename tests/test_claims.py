@@ -1,4 +1,4 @@
-"""The claim tables (analysis/claims.py) on planted sweeps (benchmarks/planted_claims.py): each recovers its
+"""The claim tables (analysis/claims.py) on planted sweeps (tests/planted_claims.py): each recovers its
 planted effect with the right sign and an interval that excludes zero, and with nothing planted its interval
 includes zero; the interval statistics against reference values; missing columns degrade to a note."""
 
@@ -18,8 +18,8 @@ from analysis.names import CLAIM_TABLES, CLAIMS, FIGURES, TABLES
 from analysis.per_run import summarize_runs
 from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline
-from benchmarks.planted_claims import NULL, PLANTED, planted_sweep
-from benchmarks.synthetic_logs import write_synthetic_run
+from tests.planted_claims import NULL, PLANTED, planted_sweep
+from tests.synthetic_logs import write_synthetic_run
 from trainer.sweep import rundir
 
 

@@ -80,7 +80,7 @@ def test_bad_config_fails_before_any_job_naming_the_key(override, message):
 
 def test_figures_reanalyses_only_finished_runs(workdir):
     """One finished run, the rest missing: `snakemake figures` schedules no training and renders."""
-    from benchmarks.synthetic_logs import write_synthetic_run
+    from tests.synthetic_logs import write_synthetic_run
 
     write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
     dry = snakemake("figures", "-n", "-p", cwd=workdir).stdout
@@ -112,7 +112,7 @@ FIGURES_FROM_PYTHON = "import sys; from snakemake.cli import main; main(sys.argv
 @pytest.mark.parametrize("how", ["as typed", "config changed", "slurm profile", "python entry point"])
 def test_figures_never_schedules_training(how, workdir, slurm_profile_installed):
     """However it is named, `figures` is one local job over the finished runs: no train or base_model job."""
-    from benchmarks.synthetic_logs import write_synthetic_run
+    from tests.synthetic_logs import write_synthetic_run
 
     write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
     if how == "python entry point":

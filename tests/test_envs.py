@@ -230,7 +230,7 @@ def runtime_imports(log: Path) -> dict[str, str]:
 
 def test_analysis_env_lists_what_the_analysis_imports_when_it_runs(workdir, monkeypatch):
     """`snakemake figures` over one finished run: the analysis and figure commands' imports, as they ran."""
-    from benchmarks.synthetic_logs import write_synthetic_run
+    from tests.synthetic_logs import write_synthetic_run
 
     write_synthetic_run(workdir / "results" / "runs" / "voting-math-tiny-shared-s0", "voting-math-tiny-shared-s0")
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")

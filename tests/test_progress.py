@@ -54,8 +54,8 @@ def test_snakemake_figures_draws_running_runs_only_under_include_running(workdir
     under --config include_running=true, not without; the flag's change reruns the job."""
     import json
 
-    from benchmarks.synthetic_logs import planted_run
     from tests.conftest import snakemake
+    from tests.synthetic_logs import planted_run
 
     runs_dir = workdir / "results" / "runs"
     finished, running = "voting-math-tiny-shared-s0", "voting-math-tiny-isolated-s0"

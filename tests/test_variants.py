@@ -297,7 +297,7 @@ def test_analyse_groups_variant_runs_apart(tmp_path):
     from analysis.analyse import analyse
     from analysis.figures import render_all
     from analysis.settings import AnalysisSettings
-    from benchmarks.synthetic_logs import write_synthetic_run
+    from tests.synthetic_logs import write_synthetic_run
 
     plain = [
         f"{w}-math-tiny-{p}-s{s}"

@@ -1,8 +1,8 @@
 """Synthetic sweeps with a known effect (or none) for each claim table of analysis/claims.py.
 
-    python -m benchmarks.planted_claims OUT_DIR [--null] [--seeds 8]
+    python -m tests.planted_claims OUT_DIR [--null] [--seeds 8]
 
-`planted_sweep(out, PLANTED)` writes, through benchmarks/synthetic_logs.py's writer, a sweep of Voting and
+`planted_sweep(out, PLANTED)` writes, through tests/synthetic_logs.py's writer, a sweep of Voting and
 Orchestrator-Workers runs over variants of 2-6 parallel agents (run id `...-s{seed}-a{K}`) and Evaluator-Optimizer
 runs, Shared and Isolated, where:
 - claim 3: Isolated falls off a cliff more often (`cliff_p`) and peaks earlier (`peak_step`);
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.gradients import CAPTURE_SHARE
-from benchmarks.synthetic_logs import GROUP_ROLES, ROLES, write_synthetic_run
+from tests.synthetic_logs import GROUP_ROLES, ROLES, write_synthetic_run
 from trainer.sweep import rundir
 
 STEPS, EVAL_EVERY = 100, 5

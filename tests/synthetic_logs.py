@@ -1,7 +1,7 @@
 """Synthetic run directories in the trainer's exact format, for analysis tests and benchmarks.
 
-    python benchmarks/synthetic_logs.py OUT_DIR RUN... --steps 500          plain runs (a rise, then a plateau)
-    python benchmarks/synthetic_logs.py OUT_DIR RUN... --steps 500 --planted  with the study's phenomena planted
+    python -m tests.synthetic_logs OUT_DIR RUN... --steps 500          plain runs (a rise, then a plateau)
+    python -m tests.synthetic_logs OUT_DIR RUN... --steps 500 --planted  with the study's phenomena planted
 
 `write_synthetic_run` writes one run whose curve, diagnostics and gradients the caller chooses (tests use
 it with known answers); `planted_run` draws a run with the phenomena the study reports, so that figures
