@@ -4,7 +4,7 @@
 
 In a copy of the workflow (a temporary directory unless --workdir): builds the demo's base model (or
 copies --base-model's model.json, a tiny model built from the same spec), runs `python -m trainer plan
---measure` (two steps of one run per workflow and task, recorded in benchmarks/measured/<this CPU>.json),
+--measure` (two steps of one run per workflow and task, recorded in trainer/sweep/measured_rates/<this CPU>.json),
 takes the plan, runs the demo with `snakemake --cores N`, and prints, per run and in total, the
 predicted seconds over the actual ones (each train job's Snakemake benchmark, start-up included), and
 the predicted wall time of the training against the demo's.

@@ -8,7 +8,7 @@ per step of each, and the vLLM/HF ratios side by side. On CPU the model is a ran
 `tiny` scale's shape with the small-vocabulary Qwen3 tokenizer; `--size 0.6b|1.7b` builds a random-weight
 Qwen3 from its published shape with the real Qwen3 tokenizer (GPUs: benchmarks/device_check.sh).
 The shared-policy figures (generated and trained tokens per second) are recorded in
-benchmarks/measured/<device>.json for the cost plan (trainer/sweep/measured.py).
+trainer/sweep/measured_rates/<device>.json for the cost plan (trainer/sweep/measured.py).
 """
 
 from __future__ import annotations

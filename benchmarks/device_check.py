@@ -17,7 +17,8 @@ seconds, peak memory of each phase against the KV-cache budget the HF backend ch
 (trainer.rl.rollout.generation_budget_bytes) and the device's memory. Rewards are replaced by fixed
 non-zero advantages (a random model earns none, and zero-advantage rows are skipped by the update);
 math-verify (not on the image) is not called: an answer needing it counts as wrong. Results: JSON in
-benchmarks/measured/device-check-<device>.json, rewritten after each run (a timeout keeps what finished).
+benchmarks/measured/device-check-<device>.json, rewritten after each run (a timeout keeps what finished);
+the shared runs' rates for the cost plan in trainer/sweep/measured_rates/<device>.json.
 Not run here: vLLM (no wheel fits the 64 MiB), several ranks (one GPU), the scoring sandbox.
 """
 
@@ -41,7 +42,7 @@ import torch.distributed as dist
 
 from benchmarks import device_stand_ins as env
 
-MEASURED = env.ROOT / "benchmarks" / "measured"
+REPORTS = env.ROOT / "benchmarks" / "measured"  # the device check's reports (its rates: MEASURED_DIR)
 LIMIT_BYTES = 64 * 2**20  # what may travel to the GPU machine
 # the published shapes (Qwen/Qwen3-0.6B and -1.7B config.json), weights random; tiny: the CPU rehearsal's
 COMMON = {
@@ -150,8 +151,8 @@ def run_config(
 ) -> dict[str, Any]:
     """config.json of one device-check run: config.yaml's voting run at the scale, its model the saved one,
     its tasks the local sums, the step at the chosen size."""
+    from trainer.contract.runid import parse_run_id
     from trainer.sweep.config import load_yaml, resolve_run_config
-    from trainer.sweep.runid import parse_run_id
     from trainer.workflows.registry import role_facts
 
     config = copy.deepcopy(load_yaml(env.ROOT / "config.yaml"))
@@ -252,9 +253,10 @@ def one_run(
     return out
 
 
-def record_plan_rate(size: str, run: dict[str, Any], device: str, directory: Path = MEASURED) -> None:
-    """The shared run's generated and trained tokens per second, for the cost plan of this GPU."""
-    from trainer.sweep.measured import record_rate
+def record_plan_rate(size: str, run: dict[str, Any], device: str, directory: Path | None = None) -> None:
+    """The shared run's generated and trained tokens per second, for the cost plan of this GPU (in `directory`,
+    default the package's measured rates, trainer/sweep/measured_rates/)."""
+    from trainer.sweep.measured import MEASURED_DIR, record_rate
 
     record_rate(
         {
@@ -268,7 +270,7 @@ def record_plan_rate(size: str, run: dict[str, Any], device: str, directory: Pat
             "measured_by": "device_check voting shared, random weights (every completion at full length)",
         },
         device,
-        directory,
+        directory or MEASURED_DIR,
     )
 
 
@@ -335,7 +337,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     cuda = torch.cuda.is_available()
     name = device_name()
-    out_path = args.out or MEASURED / f"device-check-{slug(name)}.json"
+    out_path = args.out or REPORTS / f"device-check-{slug(name)}.json"
     counts: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer, facts = prepare(Path(tmp), hidden)

@@ -111,7 +111,7 @@ rule status:
 
 # `snakemake plan` (with the same --profile and --config as the sweep): the cost plan of the matrix,
 # results/plan.csv: model calls, tokens and seconds per step, GPU-hours, runs that would not fit their time
-# limit; from benchmarks/measured/ (or stated estimates). Schedules nothing else.
+# limit; from trainer/sweep/measured_rates/ (or stated estimates). Schedules nothing else.
 rule plan:
     log:
         f"{RESULTS}/logs/plan.log",

@@ -127,8 +127,8 @@ def add_prefetch_parser(sub: argparse._SubParsersAction) -> None:
 
 def prefetch_command(args: argparse.Namespace) -> int:
     """`python -m trainer prefetch`: fetch (or hash) one model or dataset, write what was pinned."""
+    from trainer.contract.rundir import write_json_atomic
     from trainer.sweep.prefetch import PrefetchError, prefetch
-    from trainer.sweep.rundir import write_json_atomic
 
     kind, name = ("model", args.model) if args.model else ("dataset", args.dataset)
     try:
@@ -223,12 +223,14 @@ def _add_plan_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default=None, help="the CSV to write (default: RESULTS/plan.csv)")
     p.add_argument("--html", default=None, help="also write the plan as HTML here (the report's table)")
-    p.add_argument("--measured", default=None, help="the folder of measured rates (default: benchmarks/measured)")
+    p.add_argument(
+        "--measured", default=None, help="the folder of measured rates (default: trainer/sweep/measured_rates)"
+    )
     p.add_argument(
         "--measure",
         action="store_true",
         help="first time two steps of one run per workflow and task on this machine and record them "
-        "in benchmarks/measured/",
+        "in trainer/sweep/measured_rates/",
     )
 
 
@@ -306,7 +308,8 @@ def load_cli_config(args: argparse.Namespace) -> dict:
     """The config of `status` and `plan`: loaded, merged and validated as Snakemake would (ConfigError)."""
     import yaml
 
-    from trainer.sweep.config import ConfigError, load_yaml, validate_config
+    from trainer.contract.config import ConfigError
+    from trainer.sweep.config import load_yaml, validate_config
 
     files = args.config_file or ["config.yaml"]
     schema_path = args.schema or Path(files[0]).resolve().parent / "rules" / "config.schema.yaml"
@@ -329,7 +332,7 @@ def load_cli_config(args: argparse.Namespace) -> dict:
 
 def status_command(args: argparse.Namespace) -> int:
     """`python -m trainer status`: load and validate the config as Snakemake would, list the runs."""
-    from trainer.sweep.config import ConfigError
+    from trainer.contract.config import ConfigError
     from trainer.sweep.status import as_json, format_table, matrix_status, stale_lock_message
 
     try:
@@ -347,7 +350,7 @@ def status_command(args: argparse.Namespace) -> int:
 
 def plan_command(args: argparse.Namespace) -> int:
     """`python -m trainer plan`: the matrix's cost plan, from measured step rates (or stated estimates)."""
-    from trainer.sweep.config import ConfigError
+    from trainer.contract.config import ConfigError
     from trainer.sweep.measured import MEASURED_DIR, load_rates
     from trainer.sweep.plan import as_json, default_parallel, plan_rows, summary, write_html, write_plan
 

@@ -10,7 +10,7 @@ requeues are checked as a whole). How hard the gate is follows how much the pred
   a chunk reads the weights once) and FLOP/s for the arithmetic and the update. With the HF backend every
   row of a chunk runs every decode step of its longest row, so a row is taken to decode
   max_completion_length tokens (a vLLM row stops at its end: without measured lengths its bound only warns).
-- REFUSE where a rate measured for the device (benchmarks/measured/) does not fit one eval chunk in one
+- REFUSE where a rate measured for the device (trainer/sweep/measured_rates/) does not fit one eval chunk in one
   job, or the run in its requeues.
 - WARN where only the stated estimate (trainer/sweep/cost.py) says so: measure the device.
 
@@ -23,7 +23,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config, world_size_of
+from trainer.contract.config import ConfigError
+from trainer.models.size import model_shape
+from trainer.rl.processes import world_size_of
+from trainer.sweep.config import expand_matrix, resolve_run_config
 from trainer.sweep.cost import (
     ASSUMED_STARTUP_S,
     eval_chunk_episodes,
@@ -34,7 +37,6 @@ from trainer.sweep.cost import (
     rate_for,
     split_problems,
 )
-from trainer.sweep.disk import model_shape
 from trainer.sweep.measured import cpu_name, load_rates
 from trainer.workflows import workflow_class
 
@@ -75,7 +77,7 @@ def generation_bound_s(
     and each decode step reads the weights once for all rows of a chunk as large as the whole device holds.
     Arithmetic: 2 FLOPs per parameter and token. The larger of the two.
     """
-    from trainer.sweep.memory import kv_bytes_per_token
+    from trainer.models.memory import kv_bytes_per_token
 
     params = parameter_count(shape)
     kv = kv_bytes_per_token(shape, dtype_bytes)
@@ -114,9 +116,9 @@ def run_bounds(
 
 def run_memory_gib(run_config: dict[str, Any], scale: dict[str, Any]) -> float:
     """GiB one process holds at its update: the weights, every policy's trained parameters with their AdamW
-    state, and one update micro-batch's peak (trainer/sweep/memory.py); NaN where the shape is unknown."""
-    from trainer.sweep.disk import checkpoint_bytes, trained_parameters
-    from trainer.sweep.memory import run_update_bytes
+    state, and one update micro-batch's peak (trainer/models/memory.py); NaN where the shape is unknown."""
+    from trainer.models.memory import run_update_bytes
+    from trainer.models.size import checkpoint_bytes, trained_parameters
 
     shape = model_shape(scale)
     if shape is None:
@@ -215,7 +217,7 @@ def assess(
             "warn",
             (
                 f"run {run}: weights, optimizer state and one update micro-batch "
-                f"(trainer/sweep/memory.py) need {memory_gib:.0f} GiB, over {device}'s "
+                f"(trainer/models/memory.py) need {memory_gib:.0f} GiB, over {device}'s "
                 f"{device_gib:.0f} GiB: lower training.micro_batch_tokens"
             ),
         )

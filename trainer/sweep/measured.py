@@ -1,7 +1,7 @@
 """Measured step rates, per device: what the cost plan (plan.py) predicts step times from.
 
-One JSON file per device in benchmarks/measured/ (`<device slug>.json`, kept in the repository with
-the CPU or GPU named in it). Its `rates` list holds one entry per (model, backend[, workflow, task]):
+One JSON file per device in trainer/sweep/measured_rates/ (`<device slug>.json`, package data kept in the
+repository with the CPU or GPU named in it). Its `rates` list holds one entry per (model, backend[, workflow, task]):
 
     {"model": "tiny" | "Qwen/Qwen3-0.6B", "backend": "hf" | "vllm",
      "generate_tokens_per_s": ..., "update_tokens_per_s": ...,     # the two rates every entry has
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-MEASURED_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "measured"
+MEASURED_DIR = Path(__file__).resolve().parent / "measured_rates"
 KEY_FIELDS = ("model", "backend", "workflow", "task")
 
 
