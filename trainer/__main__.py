@@ -223,9 +223,7 @@ def _add_plan_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default=None, help="the CSV to write (default: RESULTS/plan.csv)")
     p.add_argument("--html", default=None, help="also write the plan as HTML here (the report's table)")
-    p.add_argument(
-        "--measured", default=None, help="the folder of measured rates (default: trainer/sweep/measured_rates)"
-    )
+    p.add_argument("--measured", default=None, help="measured rates' folder (default: trainer/sweep/measured_rates)")
     p.add_argument(
         "--measure",
         action="store_true",
