@@ -30,7 +30,8 @@ parent hands it through a pipe, read to the end and closed before any candidate 
   the runner (frames, gc) could find the token, and __eq__ tricks work: prefer entry points.
 
 The limits, the child's setup before exec, uid leases and process cleanup live in
-`trainer.tasks.sandbox_isolation`; the runner programs and the isolation stub in `trainer.tasks.runners`.
+`trainer.tasks.sandbox_isolation`; one process's files, pipes, start, wait and output in
+`trainer.tasks.sandbox_process`; the runner programs and the isolation stub in `trainer.tasks.runners`.
 """
 
 from __future__ import annotations
@@ -39,17 +40,14 @@ import logging
 import math
 import os
 import pickle
-import select
 import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO
 
+from trainer.tasks import sandbox_process as process
 from trainer.tasks.runners import runner_source
 from trainer.tasks.sandbox_isolation import (
     UID_BASE,
@@ -188,34 +186,26 @@ class Sandbox:
         writers: list[tuple[int, bytes]] = []
         try:
             os.chmod(rundir, 0o711 if self.root else 0o700)
-            input_dir, subst = self._write_files(rundir, files or {}, mechanism == UNISOLATED)
-            for name, data in (pipes or {}).items():
-                r, w = os.pipe()
-                readers.append(r)
-                writers.append((w, data))
-                subst[name] = str(r)
+            input_dir, subst = process.write_files(rundir, files or {}, mechanism == UNISOLATED)
+            process.open_pipes(pipes or {}, subst, readers, writers)
             program = [self.python, "-I", "-S"] + [_substitute(a, subst) for a in args]
             argv, cwd, home, view = self._command(mechanism, program, rundir, input_dir, uid)
-            out = tempfile.TemporaryFile(dir=rundir)
-            err = tempfile.TemporaryFile(dir=rundir)
-            inp = None
-            if stdin is not None:
-                inp = tempfile.TemporaryFile(dir=rundir)
-                inp.write(stdin)
-                inp.seek(0)
+            out, err = tempfile.TemporaryFile(dir=rundir), tempfile.TemporaryFile(dir=rundir)
+            setup = child_setup(self.limits, uid, view)
             try:
-                proc = self._start(
-                    argv, cwd, self._env(home), child_setup(self.limits, uid, view), inp, out, err, readers
+                proc = process.start(
+                    argv, cwd, self._env(home), setup, process.stdin_file(rundir, stdin), out, err, readers
                 )
             except (OSError, subprocess.SubprocessError) as e:
                 log.warning("sandbox could not start %s: %s", argv[0], e)
                 return Execution(None, "", "", False, f"sandbox could not start: {e}")
             while writers:
-                self._feed(*writers.pop())
-            timed_out = not self._wait_exit(proc, timeout_s)
+                process.feed(*writers.pop())
+            timed_out = not process.wait_exit(proc, timeout_s)
             clean = kill_all(session=proc.pid, uid=uid)
             returncode = proc.wait()
-            return Execution(None if timed_out else returncode, self._read(out), self._read(err), timed_out)
+            stdout, stderr = (process.read_capped(f, self.limits.output_bytes) for f in (out, err))
+            return Execution(None if timed_out else returncode, stdout, stderr, timed_out)
         finally:
             for fd in readers + [w for w, _ in writers]:
                 os.close(fd)
@@ -239,106 +229,6 @@ class Sandbox:
         if mechanism == "bwrap":
             return bwrap_command(program, self.python, input_dir, self.limits.tmpfs_mb), rundir, "/tmp", None
         return program, rundir, "/tmp", view_spec(mechanism, self.python, newroot, input_dir, self.limits.tmpfs_mb, uid)
-
-    @staticmethod
-    def _write_files(rundir: str, files: dict[str, str], unisolated: bool) -> tuple[str | None, dict[str, str]]:
-        """Write each file read-only into `rundir`/input; (that directory or None, {name: path as the
-        program sees it})."""
-        if not files:
-            return None, {}
-        input_dir = os.path.join(rundir, "input")
-        os.mkdir(input_dir, 0o755)
-        paths = {}
-        for name, text in files.items():
-            path = os.path.join(input_dir, name)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(path, 0o644)
-            paths[name] = path if unisolated else f"/input/{name}"
-        return input_dir, paths
-
-    def _start(
-        self,
-        argv: list[str],
-        cwd: str,
-        env: dict[str, str],
-        setup: Callable[[], None],
-        inp: IO[bytes] | None,
-        out: IO[bytes],
-        err: IO[bytes],
-        readers: list[int],
-    ) -> subprocess.Popen:
-        """Start the program in its own session; closes stdin's file and the pipes' read ends."""
-        try:
-            return subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=inp if inp is not None else subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                pass_fds=tuple(readers),
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=setup,
-            )
-        finally:
-            if inp is not None:
-                inp.close()
-            for r in readers:
-                os.close(r)
-            readers.clear()
-
-    @staticmethod
-    def _feed(wfd: int, payload: bytes) -> None:
-        """Write the payload into the pipe (in a thread when it exceeds the pipe buffer) and close it."""
-
-        def feed() -> None:
-            try:
-                view = memoryview(payload)
-                while view:
-                    n = os.write(wfd, view)
-                    view = view[n:]
-            except OSError:
-                pass
-            finally:
-                os.close(wfd)
-
-        if len(payload) <= 60000:
-            feed()
-        else:
-            threading.Thread(target=feed, daemon=True).start()
-
-    @staticmethod
-    def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
-        """Wait until the process exits without reaping it (pidfd); False on timeout."""
-        try:
-            pidfd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):
-            try:
-                proc.wait(timeout=timeout_s)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
-        try:
-            ready, _, _ = select.select([pidfd], [], [], timeout_s)
-            return bool(ready)
-        finally:
-            os.close(pidfd)
-
-    def _read(self, f) -> str:
-        """The captured output, cut to output_bytes (head and tail kept)."""
-        cap = self.limits.output_bytes
-        size = f.seek(0, os.SEEK_END)
-        f.seek(0)
-        if size <= cap:
-            data = f.read()
-        else:
-            head = f.read(cap // 2)
-            f.seek(size - cap // 2)
-            data = head + b"\n...[output cut]...\n" + f.read()
-        f.close()
-        return data.decode("utf-8", "replace")
 
     # -- test kinds ----------------------------------------------------------------------
 
