@@ -184,13 +184,35 @@ def loss_is_below(losses: list[float], threshold: float | None) -> bool:
     return bool(threshold) and len(recent) == LOSS_WINDOW and sum(recent) / LOSS_WINDOW < threshold
 
 
+def warm_start_step(
+    model: Any,
+    opt: torch.optim.Optimizer,
+    batch: list[tuple[list[int], list[int]]],
+    micro_size: int,
+    pad_id: int,
+    prompt_weight: float,
+    lr: float,
+) -> float:
+    """One optimizer step at learning rate `lr` on `batch` (in micro-batches of `micro_size` rows, the
+    gradient clipped to norm 1); the completion tokens' mean loss."""
+    n_tokens = sum(len(c) for _, c in batch)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for part in (batch[i : i + micro_size] for i in range(0, len(batch), micro_size)):
+        total += backward_part(model, part, pad_id, prompt_weight, n_tokens)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return total
+
+
 def warm_start(
     model: Any, tokenizer: Any, pairs: list[tuple[str, str]], arch: dict[str, Any], seed: int, log=print, on_step=None
 ) -> dict[str, float]:
     """Supervised fine-tuning on `pairs`: the completion tokens' mean next-token loss, plus the prompt
-    tokens' at weight `warm_start_prompt_loss` (they hold worked solutions and code too: on the hardest
-    seed measured, 550 steps reached 0.08 with them, 0.25 without; README). The logged and returned
-    loss is the completion tokens' alone. Each batch goes in `warm_start_micro_batches` length-sorted
+    tokens' at weight `warm_start_prompt_loss` (they hold worked solutions and code too). The logged and
+    returned loss is the completion tokens' alone. Each batch goes in `warm_start_micro_batches` length-sorted
     micro-batches (less padding, the same gradient). `on_step(step)` is called after every step.
     """
     torch.manual_seed(seed)
@@ -217,18 +239,12 @@ def warm_start(
         batch = sorted(
             (examples[rng.randrange(len(examples))] for _ in range(batch_size)), key=lambda pc: len(pc[0]) + len(pc[1])
         )
-        n_tokens = sum(len(c) for _, c in batch)
-        for g in opt.param_groups:
-            g["lr"] = settings.warm_start_learning_rate * warm_start_lr_factor(
-                step, settings.warm_start_warmup_steps, decay_start, decay_steps
-            )
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for part in (batch[i : i + size] for i in range(0, batch_size, size)):
-            total += backward_part(model, part, tokenizer.pad_token_id, settings.warm_start_prompt_loss, n_tokens)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(total)
+        lr = settings.warm_start_learning_rate * warm_start_lr_factor(
+            step, settings.warm_start_warmup_steps, decay_start, decay_steps
+        )
+        losses.append(
+            warm_start_step(model, opt, batch, size, tokenizer.pad_token_id, settings.warm_start_prompt_loss, lr)
+        )
         if step < decay_start and loss_is_below(losses, settings.warm_start_decay_below):
             decay_start = step + 1
             log(
