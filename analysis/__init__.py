@@ -7,5 +7,5 @@ As the data flows: `runs` reads and checks one run directory; `per_run` makes it
 `claim_signatures`, `claim_amplification`, statistics in `intervals`); `figures` renders them (with
 `figure_data`, `gradient_figures` and `claim_figures`).
 `names` holds what the Snakemake rules share; `__main__` is the CLI the rules call. Imports only
-`trainer.sweep.rundir` (the run-directory contract) of the trainer.
+`trainer.contract.rundir` (the run-directory contract) of the trainer.
 """

@@ -18,7 +18,7 @@ from analysis.figures import render_all
 from analysis.names import run_axes
 from analysis.progress import progress_curves, render_progress
 from analysis.settings import AnalysisSettings
-from trainer.sweep.rundir import parse_run_id
+from trainer.contract.rundir import parse_run_id
 
 
 def expected_axes(runs: list[str]) -> pd.DataFrame:

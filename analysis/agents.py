@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainer.sweep.rundir import WorkflowRoles
+from trainer.contract.rundir import WorkflowRoles
 
 # the config key that counts each study workflow's parallel agents (workflow_params.<key>)
 AGENT_KEYS = {"voting": "n_votes", "orch_workers": "max_subtasks"}

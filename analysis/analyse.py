@@ -24,7 +24,7 @@ from analysis.per_run import summarize_runs, write_tables
 from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline, aggregate_seeds
 from analysis.warnings_judged import judge_run_dirs, onsets_table
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 SKIPPED_COLUMNS = ["run", "status", "reason"]
 

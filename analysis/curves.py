@@ -1,7 +1,7 @@
 """One accuracy curve summarised: base, peak (smoothed), terminal, gains and the cliff detector.
 
 DESIGN.md's definitions: `summarize_curve` for one curve, `curve_rows` for every eval split of
-a checked run (with each gain's noise floor). The smoothed peak is trainer/sweep/peak.py's (through
+a checked run (with each gain's noise floor). The smoothed peak is trainer/contract/peak.py's (through
 the run-directory contract), the one the trainer keeps the checkpoint of.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 from analysis.names import run_axes
 from analysis.runs import RunLogs
 from analysis.settings import AnalysisSettings
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 __all__ = ["summarize_curve", "curve_rows"]
 
@@ -48,7 +48,7 @@ def summarize_curve(
     if not valid.any():
         return out
     base = acc[0] if steps[0] == 0 and valid[0] else nan
-    # the smoothed peak as the trainer keeps its checkpoint (trainer/sweep/peak.py, via the run-dir contract)
+    # the smoothed peak as the trainer keeps its checkpoint (trainer/contract/peak.py, via the run-dir contract)
     top = rundir.curve_peak(steps.tolist(), acc.tolist(), smoothing_window)
     peak_i, peak = top["index"], top["smoothed"]
     terminal = float(np.mean(acc[valid][-terminal_k:]))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 COLUMNS = ["run", "split", "step", "accuracy", "state", "at_step"]
 

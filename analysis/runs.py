@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 # what the analysis reads of each log; pyarrow skips the rest (samples' prompts are most of its bytes)
 TRAIN_COLUMNS = ["step", "role", "policy", "n_turns", "grad_norm", "grad_sq_share", "completion_len_mean", "skipped"]

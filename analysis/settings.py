@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.signatures import DEFAULT_THRESHOLDS
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 
 def _setting(default: Any, help: str) -> Any:  # noqa: A002 (the dataclass-field `help` convention of TRL)

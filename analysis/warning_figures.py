@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.figure_data import POLICY_COLOURS, Data, Grid  # noqa: E402
-from trainer.sweep.rundir import EARLY_WARNING_DETECTORS  # noqa: E402
+from trainer.contract.rundir import EARLY_WARNING_DETECTORS  # noqa: E402
 
 
 def early_warnings(data: Data, grid: Grid) -> plt.Figure:

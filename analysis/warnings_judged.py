@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 COLUMNS = [
     "detector",

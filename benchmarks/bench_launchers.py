@@ -156,8 +156,8 @@ def import_rss_mb(modules: str) -> float:
 def measure_submissions(n: int, tmp: Path, window_s: float | None) -> dict[str, float]:
     """n launchers started together (arrays on when `window_s` is set): sbatch calls, queue entries and
     seconds until every run's job.json records its job; the launchers are then stopped, the jobs cancelled."""
+    from trainer.contract.runid import parse_run_id
     from trainer.sweep.config import load_yaml, resolve_run_config
-    from trainer.sweep.runid import parse_run_id
 
     mode = "single" if window_s is None else "array"
     log, runs = tmp / f"sbatch-{mode}.log", tmp / f"runs-{mode}"

@@ -1,4 +1,4 @@
-"""The memory model (trainer/sweep/memory.py) against measured peaks at Qwen3-0.6B's real width, on CPU.
+"""The memory model (trainer/models/memory.py) against measured peaks at Qwen3-0.6B's real width, on CPU.
 
     python -m benchmarks.bench_memory_model            # the table: predicted, measured, their ratio
     python -m benchmarks.bench_memory_model --markdown # the same as a Markdown table (docs/benchmarks.md)
@@ -16,7 +16,7 @@ downloaded) in float32, as the trainer runs on CPU. Three moments, each in a fre
 Measured: peak resident memory growth. The subprocess builds the model and inputs, resets the kernel's
 peak-RSS mark (`5` into /proc/self/clear_refs), reads VmRSS, runs the moment and reads VmHWM; the growth
 is VmHWM - VmRSS. glibc is told to map every block of 64 KiB or more on its own and unmap it when freed
-(MALLOC_ENV), and the heap is trimmed before the baseline, so resident memory is live memory. Predicted: trainer/sweep/memory.py at the same shapes.
+(MALLOC_ENV), and the heap is trimmed before the baseline, so resident memory is live memory. Predicted: trainer/models/memory.py at the same shapes.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def run_rollout(model) -> tuple[callable, int]:
     """One generate chunk (HFGenerator's call) and its predicted peak."""
     import torch
 
+    from trainer.models.memory import rollout_chunk_bytes
     from trainer.rl.rollout import shared_prompt_cache
-    from trainer.sweep.memory import rollout_chunk_bytes
 
     s = ROLLOUT
     ids, mask = prompts(s["distinct"], s["rows"], s["prompt"])
@@ -106,8 +106,8 @@ def run_prefill(model) -> tuple[callable, int]:
     """The shared prompt prefill of a stage and its predicted peak."""
     import torch
 
+    from trainer.models.memory import prefill_bytes
     from trainer.rl.rollout import shared_prompt_cache
-    from trainer.sweep.memory import prefill_bytes
 
     s = PREFILL
     ids, mask = prompts(s["distinct"], s["rows"], s["prompt"])
@@ -124,9 +124,9 @@ def run_update(model) -> tuple[callable, int]:
     """One LoRA micro-batch's forward and backward under gradient checkpointing and its predicted peak."""
     from peft import LoraConfig, get_peft_model
 
+    from trainer.models.memory import update_bytes
+    from trainer.models.size import lora_parameters
     from trainer.rl.grpo import per_token_logps
-    from trainer.sweep.disk import lora_parameters
-    from trainer.sweep.memory import update_bytes
 
     s = UPDATE
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

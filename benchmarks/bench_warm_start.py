@@ -85,10 +85,10 @@ def base_accuracy(model_json: Path, threads: int) -> dict[str, float]:
 def evaluate(model_json: Path, threads: int) -> dict[str, float]:
     """(In a child process.) Accuracy of the base model on each task's first eval split, at
     temperature 0 and at the demo's eval temperature."""
+    from trainer.contract.runid import parse_run_id
     from trainer.rl.train import Trainer
     from trainer.sweep.config import load_yaml, resolve_run_config
     from trainer.sweep.launch import write_run_config
-    from trainer.sweep.runid import parse_run_id
 
     base = json.loads(model_json.read_text())
     config = load_yaml(ROOT / "config.yaml")

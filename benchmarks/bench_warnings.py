@@ -20,8 +20,8 @@ import pandas as pd
 from analysis.curves import summarize_curve
 from analysis.warnings_judged import judge
 from tests.synthetic_logs import planted_run
+from trainer.contract import rundir
 from trainer.rl.early_warning import DETECTOR_NAMES, warnings_from_train
-from trainer.sweep import rundir
 
 
 def judged_planted_runs(out: Path, steps: int, seeds: int) -> tuple[pd.DataFrame, int]:

@@ -17,7 +17,7 @@ from trainer.sweep.config import (
     validate_config,
 )
 from trainer.sweep.launch import rerun_trigger_items
-from trainer.sweep.preflight import check_matrix
+from trainer.rl.preflight import check_matrix
 from trainer.sweep.gate import check_matrix as check_plan
 from trainer.sweep.prefetch import (
     dataset_config_names,
@@ -28,7 +28,7 @@ from trainer.sweep.prefetch import (
     revision_arg,
     use_hf_home,
 )
-from trainer.sweep.runid import RUN_ID_PATTERN, parse_run_id
+from trainer.contract.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.sweep.cost import run_turns
 
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))

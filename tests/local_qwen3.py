@@ -17,10 +17,10 @@ from typing import Any
 import transformers
 
 from tests.conftest import ROOT
+from trainer.contract.runid import parse_run_id
 from trainer.models.base_model import build_base_model, build_tiny_model, build_tokenizer, qwen3_tokenizer_dir
 from trainer.sweep.config import base_model_spec, load_yaml, resolve_run_config, validate_config
 from trainer.sweep.launch import write_run_config
-from trainer.sweep.runid import parse_run_id
 
 SCALE = "qwen3-0.6b"  # the real scale whose model the tests replace by a local directory
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from analysis.gradients import CAPTURE_SHARE
 from tests.synthetic_logs import GROUP_ROLES, ROLES, write_synthetic_run
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 STEPS, EVAL_EVERY = 100, 5
 POLICIES = ("shared", "isolated")

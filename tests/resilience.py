@@ -18,9 +18,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from tests.conftest import PACKAGE_LINKS, ROOT, copy_workflow
-from trainer.sweep import rundir
+from trainer.contract import rundir
+from trainer.contract.runid import parse_run_id
 from trainer.sweep.config import base_model_spec, load_yaml, resolve_run_config
-from trainer.sweep.runid import parse_run_id
 
 TINY_RUN = {
     "max_steps": 4,

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainer.sweep import rundir
-from trainer.sweep.rundir import parse_run_id
+from trainer.contract import rundir
+from trainer.contract.rundir import parse_run_id
 
 ROLES = {
     "single": ["generator"],

@@ -22,12 +22,12 @@ import torch
 from tests.resilience import tiny_base_model, tiny_run_config
 from tests.test_distributed import RUN, SMALL, free_port, update_worker
 from tests.test_routing import VOCAB, make_trainer, separate_grads, separate_role_grad_norms, training
+from trainer.contract import rundir
 from trainer.rl import early_warning
 from trainer.rl.agent_gradients import AGENT_COLUMNS, agent_columns, agent_metrics, role_agent_metrics, row_agent
 from trainer.rl.policies import routing_table
 from trainer.rl.train import Trainer
 from trainer.rl.update import Row, micro_batches
-from trainer.sweep import rundir
 from trainer.sweep.launch import write_run_config
 
 TOL = 1e-5

@@ -9,9 +9,10 @@ import pytest
 
 from tests.conftest import ROOT, snakemake
 from tests.local_qwen3 import real_scale_config, save_random_qwen3, small_vocab_tokenizer
-from trainer.sweep import preflight
-from trainer.sweep.config import ConfigError, load_yaml, resolve_run_config
-from trainer.sweep.runid import parse_run_id
+from trainer.contract.config import ConfigError
+from trainer.contract.runid import parse_run_id
+from trainer.rl import preflight
+from trainer.sweep.config import load_yaml, resolve_run_config
 
 RUN = "voting-math-qwen3-0.6b-isolated-s0"
 

@@ -20,7 +20,7 @@ from analysis.settings import AnalysisSettings
 from analysis.summary import add_single_baseline
 from tests.planted_claims import NULL, PLANTED, planted_sweep
 from tests.synthetic_logs import write_synthetic_run
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 
 def _tables(out, effects, seeds: int = 6) -> dict[str, pd.DataFrame]:

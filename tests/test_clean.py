@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
-from trainer.sweep import rundir
+from trainer.contract import rundir
 from trainer.sweep.clean import clean
 
 DEAD_PID = 2**22 + 12345  # above the kernel's pid_max default: no such process

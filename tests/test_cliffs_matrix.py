@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 from tests.conftest import snakemake
+from trainer.contract.runid import parse_run_id
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config
-from trainer.sweep.runid import parse_run_id
 
 
 def test_cliffs_matrix_dag_has_its_runs_with_the_hot_schedule(workdir):

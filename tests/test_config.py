@@ -7,16 +7,9 @@ import copy
 import pytest
 
 from tests.conftest import ROOT
-from trainer.sweep.config import (
-    ConfigError,
-    changed_keys,
-    config_hash,
-    expand_matrix,
-    load_yaml,
-    resolve_run_config,
-    validate_config,
-)
-from trainer.sweep.runid import RunId, parse_run_id
+from trainer.contract.config import ConfigError, changed_keys, config_hash
+from trainer.contract.runid import RunId, parse_run_id
+from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config, validate_config
 
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
 

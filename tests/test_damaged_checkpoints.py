@@ -19,12 +19,12 @@ import pytest
 import torch
 
 from tests.resilience import assert_same_logs, published_logs, tiny_base_model, tiny_run_config
+from trainer.contract import rundir
+from trainer.contract.config import resume_conflict
+from trainer.models.size import checkpoint_bytes
 from trainer.rl.checkpoint import CheckpointWriteError
 from trainer.rl.checkpoint_files import NoRoomError, damage
 from trainer.rl.run import run_training
-from trainer.sweep import rundir
-from trainer.sweep.config import resume_conflict
-from trainer.sweep.disk import checkpoint_bytes
 from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"  # TINY_RUN: 4 steps, checkpoints at 2 and 4

@@ -19,9 +19,10 @@ import torch
 
 from tests.conftest import ROOT
 from tests.resilience import assert_same_logs, published_logs, tiny_base_model, tiny_run_config, trainer_env
+from trainer.contract import rundir
+from trainer.contract.config import ConfigError
 from trainer.rl.distributed import Ranks, shard_bounds
-from trainer.sweep import rundir
-from trainer.sweep.config import ConfigError, world_size_of
+from trainer.rl.processes import world_size_of
 from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-shared-s0"  # two roles (generator, aggregator) on one policy: cosines are defined

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from trainer.contract import rundir
 from trainer.rl import early_warning as ew
-from trainer.sweep import rundir
 
 STEPS = 40
 ONSET = 25

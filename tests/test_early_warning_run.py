@@ -10,9 +10,9 @@ import pytest
 
 from analysis.runs import load_run
 from tests.resilience import damaged_tiny_base_model, tiny_run_config
+from trainer.contract import rundir
 from trainer.rl.run import run_training
 from trainer.rl.train import Trainer
-from trainer.sweep import rundir
 from trainer.sweep.launch import write_run_config
 from trainer.sweep.status import run_status
 

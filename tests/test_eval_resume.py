@@ -17,10 +17,10 @@ import threading
 import pytest
 
 from tests.resilience import assert_same_logs, published_logs, start_trainer, tiny_base_model, tiny_run_config, wait_for
+from trainer.contract import rundir
 from trainer.rl import evaluation
 from trainer.rl.rollout import HFGenerator
 from trainer.rl.run import run_training
-from trainer.sweep import rundir
 from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"  # two generate calls per chunk: the voters', the aggregator's

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from trainer.contract.config import ConfigError
 from trainer.rl.distributed import Ranks
 from trainer.rl.evaluation import eval_metrics, gather_problem_major, run_split, shard_problems
 from trainer.settings import SettingsError, TrainingSettings, eval_problem_limit, task_settings
-from trainer.sweep.config import ConfigError, load_yaml, validate_config
+from trainer.sweep.config import load_yaml, validate_config
 from trainer.tasks import Problem, get_task
 from trainer.workflows import Completion, make_workflow
 
@@ -236,7 +237,7 @@ def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_mo
 
     import trainer.rl.train as train_module
     from tests.resilience import tiny_run_config
-    from trainer.sweep import rundir
+    from trainer.contract import rundir
     from trainer.sweep.launch import write_run_config
     from trainer.tasks.base import Score
 
@@ -288,8 +289,8 @@ LCB = "lighteval/code_generation_lite"
 
 
 def paper_code_run() -> dict:
+    from trainer.contract.runid import parse_run_id
     from trainer.sweep.config import resolve_run_config
-    from trainer.sweep.runid import parse_run_id
 
     config = load_yaml(ROOT / "config.yaml") | {"matrix": "paper"}
     return resolve_run_config(config, parse_run_id("voting-code-qwen3-0.6b-shared-s0"))
@@ -382,7 +383,7 @@ def test_the_plan_multiplies_eval_cost_by_k_and_states_the_sizes_it_assumes(tmp_
 
 def test_eval_rows_from_before_eval_samples_read_as_one_sample():
     """A checkpoint's eval rows written before the k-sample columns (a run resumed across the upgrade)."""
-    from trainer.sweep import rundir
+    from trainer.contract import rundir
 
     old = {"step": 0, "split": "s", "accuracy": 0.25, "n": 8, "final_answer_parse_rate": 1.0, "time_s": 1.0}
     new = {**old, "step": 2, **eval_metrics([True, False, False, False], 1)}

@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import ROOT, snakemake
 from tests.resilience import workflow_copy
-from trainer.sweep import rundir
+from trainer.contract import rundir
 from trainer.sweep.config import base_model_spec, load_yaml, validate_config
 from trainer.tasks import Problem, get_task
 from trainer.workflows import (

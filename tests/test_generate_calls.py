@@ -146,8 +146,9 @@ def test_generation_backend_key_picks_the_rollout_backend(model_dir, tmp_path, m
     """training.generation_backend: hf (config.yaml's default) gives HFGenerator; vllm, where the package
     is not importable, fails at trainer start with an error naming the key; other values fail validation."""
     from tests.conftest import ROOT
+    from trainer.contract.config import ConfigError
     from trainer.rl import rollout
-    from trainer.sweep.config import ConfigError, load_yaml, validate_config
+    from trainer.sweep.config import load_yaml, validate_config
 
     config = load_yaml(ROOT / "config.yaml")
     assert config["training"]["generation_backend"] == "hf"

@@ -149,8 +149,8 @@ def test_each_ranks_engine_is_built_on_its_gpu_then_all_wait(tiny, monkeypatch, 
 
 def test_preflight_refuses_tensor_parallel_engines(monkeypatch) -> None:
     from tests.test_backend_preflight import run_config
-    from trainer.sweep import preflight
-    from trainer.sweep.config import ConfigError
+    from trainer.contract.config import ConfigError
+    from trainer.rl import preflight
 
     monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
     rc = run_config({"generation_backend": "vllm", "vllm": {"tensor_parallel_size": 2}}, {"gpus": 2})
@@ -184,7 +184,7 @@ def test_the_engine_loads_the_trainers_pinned_revision(model_dir, tmp_path, monk
     node may hold it and not `main`); the engine loads model and tokenizer at the same commit."""
     import transformers
 
-    from trainer.sweep import preflight
+    from trainer.rl import preflight
 
     llm = fake_vllm.install(monkeypatch)
     monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
@@ -266,8 +266,7 @@ def test_the_trainer_puts_the_engine_to_sleep_between_rollouts_and_update(model_
 def test_a_resumed_run_syncs_the_engine_before_its_first_rollout(model_dir, tmp_path, monkeypatch) -> None:
     """The engine is built (and verified at sync 0) with the starting weights, before the checkpoint loads:
     a run resumed at step 2 syncs the resumed weights into it before step 3's rollouts."""
-    from trainer.rl import vllm_engine
-    from trainer.sweep import preflight
+    from trainer.rl import preflight, vllm_engine
 
     fake_vllm.install(monkeypatch)
     monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)

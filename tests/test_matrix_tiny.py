@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import ROOT, snakemake
 from tests.resilience import assert_same_logs, published_logs, trainer_env, workflow_copy
-from trainer.sweep import rundir
+from trainer.contract import rundir
 from trainer.workflows import WORKFLOWS
 
 SCHEDULE = {

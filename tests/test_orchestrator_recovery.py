@@ -16,8 +16,8 @@ import yaml
 
 from tests.conftest import BIN, ROOT, snakemake
 from tests.resilience import assert_same_logs, published_logs, trainer_env, wait_for, workflow_copy
+from trainer.contract import rundir
 from trainer.rl.run import run_training
-from trainer.sweep import rundir
 
 RUN = "voting-math-tiny-isolated-s0"
 SCHEDULE = {

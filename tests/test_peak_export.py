@@ -37,11 +37,12 @@ from tests.resilience import (
     wait_for,
 )
 from trainer.__main__ import main as trainer_main
-from trainer.sweep import rundir
-from trainer.sweep.config import config_hash, load_yaml, resolve_run_config
+from trainer.contract import rundir
+from trainer.contract.config import config_hash
+from trainer.contract.peak import PEAK_WINDOW_KEY, curve_peak, peak_index, smooth
+from trainer.contract.runid import parse_run_id
+from trainer.sweep.config import load_yaml, resolve_run_config
 from trainer.sweep.launch import write_run_config
-from trainer.sweep.peak import PEAK_WINDOW_KEY, curve_peak, peak_index, smooth
-from trainer.sweep.runid import parse_run_id
 
 RUN = "single-code-tiny-isolated-s0"
 SCHEDULE = {"max_steps": 6, "eval_every": 1, "save_every": 2, "keep_last": 2}

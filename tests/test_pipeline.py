@@ -17,7 +17,7 @@ import yaml
 
 from tests.conftest import ROOT, copy_workflow, snakemake
 from tests.resilience import PERTURB
-from trainer.sweep.rundir import TRAIN_SCHEMA
+from trainer.contract.rundir import TRAIN_SCHEMA
 
 SHORT = {
     "max_steps": 4,

@@ -18,7 +18,9 @@ import pytest
 from tests.conftest import ROOT, snakemake
 from tests.test_dag import slurm_profile_installed  # noqa: F401  (fixture)
 from trainer.__main__ import main
-from trainer.sweep.config import config_hash, load_config, load_yaml, resolve_run_config
+from trainer.contract.config import config_hash
+from trainer.contract.runid import parse_run_id
+from trainer.sweep.config import load_config, load_yaml, resolve_run_config
 from trainer.sweep.launch import resolve_run_config as launch_config
 from trainer.sweep.pins import hub_sources
 from trainer.sweep.prefetch import (
@@ -32,7 +34,6 @@ from trainer.sweep.prefetch import (
     require_cached,
     revision_arg,
 )
-from trainer.sweep.runid import parse_run_id
 
 RUN = "voting-math-qwen3-0.6b-shared-s0"
 COMMIT_A, COMMIT_B = "a" * 40, "b" * 40

@@ -10,7 +10,7 @@ import pandas as pd
 
 from analysis.progress import progress_curves
 from tests.conftest import ROOT
-from trainer.sweep.rundir import write_json_atomic
+from trainer.contract.rundir import write_json_atomic
 
 
 def make_runs(tmp_path):

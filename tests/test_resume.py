@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs, tiny_base_model, tiny_run_config
+from trainer.contract.config import config_hash
 from trainer.rl.checkpoint_files import seal
 from trainer.rl.run import run_training
 from trainer.rl.train import ResumeError, Trainer
 from trainer.settings import RunSettings
-from trainer.sweep.config import config_hash
 from trainer.sweep.launch import LaunchError, launch, write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"

@@ -321,8 +321,9 @@ def test_a_step_whose_rows_all_have_zero_advantage_still_steps_adam() -> None:
 def test_policy_groups_from_config_reach_the_routing_table() -> None:
     """training.policy_groups is a valid config key and is what the trainer's routing reads."""
     from tests.conftest import ROOT
-    from trainer.sweep.config import ConfigError, load_yaml, resolve_run_config, validate_config
-    from trainer.sweep.runid import parse_run_id
+    from trainer.contract.config import ConfigError
+    from trainer.contract.runid import parse_run_id
+    from trainer.sweep.config import load_yaml, resolve_run_config, validate_config
 
     config = load_yaml(ROOT / "config.yaml")
     groups = {"voters_and_aggregator": ["generator", "aggregator"]}

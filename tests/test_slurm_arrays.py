@@ -29,10 +29,10 @@ import pytest
 from submitit.helpers import Checkpointable
 
 from tests.conftest import ROOT
+from trainer.contract.runid import parse_run_id
 from trainer.sweep import array_submit
 from trainer.sweep.config import load_yaml, resolve_run_config
 from trainer.sweep.launch import job_tag
-from trainer.sweep.runid import parse_run_id
 
 SBATCH_SHIM = """#!/bin/sh
 echo "$(date +%s.%N) sbatch $*" >> {log}

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.resilience import tiny_base_model, tiny_run_config, trainer_env
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 RUN = "voting-math-tiny-shared-s0"

@@ -33,7 +33,7 @@ from tests.resilience import (
     trainer_env,
     wait_for,
 )
-from trainer.sweep import rundir
+from trainer.contract import rundir
 from trainer.sweep.launch import LIVE_SLURM_STATES, job_tag
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 from tests.conftest import ROOT, snakemake
+from trainer.contract.rundir import write_json_atomic
 from trainer.sweep import status as status_module
 from trainer.sweep.config import load_yaml
-from trainer.sweep.rundir import write_json_atomic
 
 
 def make_run(

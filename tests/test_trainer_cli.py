@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainer.__main__ import COMMANDS, build_parser, main
-from trainer.sweep.runid import parse_run_id
+from trainer.contract.runid import parse_run_id
 
 ROOT = Path(__file__).resolve().parent.parent
 

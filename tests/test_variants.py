@@ -21,16 +21,9 @@ import yaml
 
 from tests import test_dag
 from tests.conftest import ROOT, snakemake
-from trainer.sweep.config import (
-    ConfigError,
-    config_hash,
-    expand_matrix,
-    load_config,
-    load_yaml,
-    resolve_run_config,
-    validate_config,
-)
-from trainer.sweep.runid import RUN_ID_PATTERN, RunId, parse_run_id
+from trainer.contract.config import ConfigError, config_hash
+from trainer.contract.runid import RUN_ID_PATTERN, RunId, parse_run_id
+from trainer.sweep.config import expand_matrix, load_config, load_yaml, resolve_run_config, validate_config
 
 DATA = Path(__file__).parent / "data"
 slurm_profile_installed = test_dag.slurm_profile_installed  # the fixture, by its name here

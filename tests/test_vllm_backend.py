@@ -15,7 +15,7 @@ import math
 import pandas as pd
 import pytest
 
-from trainer.sweep.preflight import vllm_import_error
+from trainer.rl.preflight import vllm_import_error
 
 pytestmark = pytest.mark.skipif(vllm_import_error() is not None, reason="vllm does not import here (.ci/setup-vllm)")
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from trainer.sweep import preflight
-from trainer.sweep.config import ConfigError, load_yaml, resolve_run_config
-from trainer.sweep.runid import parse_run_id
+from trainer.contract.config import ConfigError
+from trainer.contract.runid import parse_run_id
+from trainer.rl import preflight
+from trainer.sweep.config import load_yaml, resolve_run_config
 
 RUN = "voting-math-qwen3-0.6b-shared-s0"
 

@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT
-from trainer.sweep import rundir
-from trainer.sweep.config import ConfigError, load_yaml, resolve_run_config, validate_config
+from trainer.contract import rundir
+from trainer.contract.config import ConfigError
+from trainer.contract.runid import WORKFLOW_NAME, RunId, parse_run_id
+from trainer.sweep.config import load_yaml, resolve_run_config, validate_config
 from trainer.sweep.launch import resolve_run_config as config_json_content
-from trainer.sweep.runid import WORKFLOW_NAME, RunId, parse_run_id
 from trainer.workflows import WORKFLOWS, Workflow, register, role_facts, workflow_class
 
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")

@@ -17,8 +17,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.contract.peak import SMOOTHING_WINDOW
 from trainer.setting_fields import SettingsError, default_of, from_dict, setting  # noqa: F401 (callers import them from here)
-from trainer.sweep.peak import SMOOTHING_WINDOW
 
 
 def is_eval_step(step: int, eval_every: int, max_steps: int) -> bool:
@@ -420,7 +420,7 @@ class RunSettings:
     launcher: LauncherSettings = setting(LauncherSettings(), "How the job runs.")
     tracking: TrackingSettings = setting(TrackingSettings(), "The optional experiment tracker (unhashed).")
     base_model: dict[str, Any] | None = setting(None, "model.json of the base model build (path, facts).")
-    config_hash: str | None = setting(None, "Content hash of the hashed view (trainer.sweep.config.config_hash).")
+    config_hash: str | None = setting(None, "Content hash of the hashed view (trainer.contract.config.config_hash).")
     peak_smoothing_window: int = setting(
         SMOOTHING_WINDOW,
         "Evals in the smoothing of the peak the trainer keeps: "

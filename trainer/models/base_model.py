@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
+from trainer.contract.rundir import write_json_atomic
 from trainer.rl.rollout import chat_prompt
 from trainer.settings import TinySettings, from_dict
-from trainer.sweep.rundir import write_json_atomic
 
 
 def qwen3_tokenizer_dir() -> Path:

@@ -6,7 +6,7 @@ and resume (`checkpoint`), data-parallel ranks (`distributed`), stopping on a si
 the role -> policy routing and the policies' adapters and optimizers (`policies`), rollout engines
 (`rollout`: HF, chunked; `vllm_engine`: the colocated vLLM engine; `weight_sync`: its verified sync
 and the training-inference mismatch; `chat`: the chat template).
-May import `trainer.settings`, `trainer.sweep.rundir` (the files it writes), `trainer.sweep.config`
-(hashing), `trainer.sweep.preflight` (a backend's errors before work), `trainer.workflows`,
+May import `trainer.settings`, `trainer.contract.rundir` (the files it writes), `trainer.sweep.config`
+(hashing), `trainer.rl.preflight` (a backend's errors before work), `trainer.workflows`,
 `trainer.tasks` and `trainer.models`; never `trainer.sweep.launch`.
 """

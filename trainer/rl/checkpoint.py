@@ -1,8 +1,8 @@
 """Checkpoint and resume of one run: everything a resume needs, written whole or not at all.
 
 The layout (work/checkpoints/step-N/{state.pt, policies/, config.json, the logs so far, manifest.json}) is
-named in trainer/sweep/rundir.py; whether a checkpoint may be resumed under a config is the check of
-trainer.sweep.config.resume_conflict, which the launcher also makes before it submits. How a checkpoint
+named in trainer/contract/rundir.py; whether a checkpoint may be resumed under a config is the check of
+trainer.contract.config.resume_conflict, which the launcher also makes before it submits. How a checkpoint
 is made durable and verified, and what a resume does with a damaged one: trainer/rl/checkpoint_files.py.
 """
 
@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from trainer.contract import rundir
+from trainer.contract.config import changed_keys
 from trainer.rl.checkpoint_files import damage, fsync_path, move_aside, seal
 from trainer.rl.policies import PolicySet
 from trainer.rl.stopping import pause_for_tests
-from trainer.sweep import rundir
-from trainer.sweep.config import changed_keys
 
 LOGS = {
     "train": rundir.TRAIN_PARQUET,

@@ -19,8 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep import rundir
-from trainer.sweep.disk import checkpoint_bytes
+from trainer.contract import rundir
+from trainer.models.size import checkpoint_bytes
 
 # what every checkpoint holds (the logs are checked too: warnings.parquet is absent from older ones)
 REQUIRED = (rundir.STATE_PT, rundir.CONFIG_JSON, rundir.TRAIN_PARQUET, rundir.EVAL_PARQUET, rundir.SAMPLES_PARQUET)
@@ -116,7 +116,7 @@ class NoRoomError(RuntimeError):
 
 def check_room(work: Path, run_config: dict[str, Any], model_config: dict[str, Any]) -> int:
     """Fail at job start, naming the path and the bytes needed, when `work` has no room for one more
-    checkpoint (trainer.sweep.disk.checkpoint_bytes of the run and its model's config.json shape: the
+    checkpoint (trainer.models.size.checkpoint_bytes of the run and its model's config.json shape: the
     next one is written whole before the oldest is removed). Returns the bytes needed."""
     needed = checkpoint_bytes(run_config, model_config)
     free = shutil.disk_usage(work).free

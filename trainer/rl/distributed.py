@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from trainer.sweep.config import world_size_of
+from trainer.rl.processes import world_size_of
 
 T = TypeVar("T")
 

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from trainer.contract import rundir
 from trainer.settings import EarlyWarningSettings, SettingsError, TrainingSettings, default_of, from_dict
-from trainer.sweep import rundir
 
 EARLY_WARNING_VERSION = 1
 

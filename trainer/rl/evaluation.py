@@ -12,7 +12,7 @@ next starts, so a job requeued in the middle of an eval resumes it at its first 
 its rows equal an uninterrupted eval's. Saved chunks are used only by the eval of the step the run
 resumed at (the checkpoint holds the very policies they were generated with) under the same config.
 
-Per split and eval step (eval.parquet, trainer/sweep/rundir.py):
+Per split and eval step (eval.parquet, trainer/contract/rundir.py):
 - `accuracy`: the mean correctness over all n x k episodes;
 - `accuracy_std`: the standard deviation (ddof 1) of the k per-sample accuracies, sample j's accuracy
   being its mean correctness over the n problems; NaN when k = 1;
@@ -34,10 +34,10 @@ from typing import Any
 
 import torch
 
+from trainer.contract import rundir
 from trainer.rl.checkpoint_files import fsync_path
 from trainer.rl.distributed import Ranks, rank_seed
 from trainer.rl.seeding import step_seed
-from trainer.sweep import rundir
 from trainer.tasks import Problem
 from trainer.workflows import Episode, score_episodes
 

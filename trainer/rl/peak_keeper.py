@@ -1,7 +1,7 @@
 """The peak model kept: the policies at the best smoothed eval, besides the last `keep_last` checkpoints.
 
 At each eval the smoothed peak of the primary split (the first eval split, as the analysis reads
-it) is recomputed over the evals so far (trainer/sweep/peak.py, the analysis' definition). The
+it) is recomputed over the evals so far (trainer/contract/peak.py, the analysis' definition). The
 smoothing is trailing, so the peak can only move to the newest eval: then the current policies
 (no optimizer) are written to work/peak/step-N and the previous peak is removed. Each checkpoint
 hard-links the peak of its time (step-N/peak/), so a resume restores the peak that goes with its
@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trainer.contract import rundir
 from trainer.rl.policies import PolicySet
-from trainer.sweep import rundir
 
 
 def link_tree(src: Path, dst: Path) -> None:

@@ -11,13 +11,13 @@ from typing import Any, Protocol
 
 import torch
 
+from trainer.contract.config import ConfigError
+from trainer.models import memory
 from trainer.rl.chat import (
     chat_prompt,  # noqa: F401  (re-exported: base_model and tests import it here)
     stop_token_ids,
 )
 from trainer.rl.policies import PolicySet
-from trainer.sweep import memory
-from trainer.sweep.config import ConfigError
 from trainer.workflows import Completion
 
 
@@ -46,7 +46,7 @@ CPU_DEFAULT_GB = 2.0  # fixed on CPU: a developer's machine is shared, its free 
 
 
 def kv_bytes_per_token(config: Any, dtype_bytes: int) -> int:
-    """Bytes of KV cache one token holds (trainer.sweep.memory, the plan's model too)."""
+    """Bytes of KV cache one token holds (trainer.models.memory, the plan's model too)."""
     return memory.kv_bytes_per_token(config, dtype_bytes)
 
 
@@ -73,7 +73,7 @@ def plan_chunks(
     """Row indices grouped into chunks, shortest prompts first, each chunk's peak within `budget`.
 
     A left-padded chunk of rows holds rows x (its longest prompt + max_new_tokens) tokens of cache, and
-    each row `row_bytes` more (its decode step's logits): trainer.sweep.memory.rollout_chunk_bytes.
+    each row `row_bytes` more (its decode step's logits): trainer.models.memory.rollout_chunk_bytes.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # stable: ties keep input order
     chunks: list[list[int]] = []

@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from trainer.contract import rundir
 from trainer.rl.checkpoint_files import check_room
 from trainer.rl.distributed import process_group
 from trainer.rl.tracking import reset_state
 from trainer.rl.train import Trainer
 from trainer.settings import ResourceSettings, default_of
-from trainer.sweep import rundir
 
 
 def run_training(

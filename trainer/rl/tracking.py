@@ -29,10 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainer.contract import rundir
+from trainer.contract.runid import parse_run_id
 from trainer.rl import wandb_log
 from trainer.settings import TrackingSettings
-from trainer.sweep import rundir
-from trainer.sweep.runid import parse_run_id
 
 BACKENDS = ("none", "mlflow", "tensorboard", "wandb")
 TRACKING_JSON = "tracking.json"  # under work/: backend, the tracker's run id, the last flushed step

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from trainer.contract import rundir
 from trainer.rl import early_warning, tracking
 from trainer.rl.agent_gradients import agent_columns, row_agent
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
@@ -30,14 +31,13 @@ from trainer.rl.evaluation import EvalProgress, chunk_seed, run_split, split_row
 from trainer.rl.grpo import assign_rewards_and_advantages
 from trainer.rl.peak_keeper import PeakKeeper
 from trainer.rl.policies import Policy, PolicySet, routing_table
+from trainer.rl.preflight import check_run
 from trainer.rl.rollout import make_generator
 from trainer.rl.seeding import epoch_order, seed_everything, step_seed
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
 from trainer.rl.update import IS_COLUMNS, GradientRecorder, PolicyUpdater, Row, collate, micro_batches
 from trainer.rl.weight_sync import logp_mismatch
 from trainer.settings import RunSettings, eval_problem_limit
-from trainer.sweep import rundir
-from trainer.sweep.preflight import check_run
 from trainer.tasks import Problem, get_task, load_problems
 from trainer.workflows import Episode, Turn, make_workflow, score_episodes
 

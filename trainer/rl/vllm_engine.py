@@ -1,7 +1,7 @@
 """The vLLM rollout backend: one colocated `vllm.LLM` serving every policy of a run.
 
 LoRA runs start the engine with `enable_lora`, `max_loras` = the number of policies and
-`max_lora_rank` (trainer.sweep.preflight.served_lora_rank); each prompt of a stage carries its
+`max_lora_rank` (trainer.rl.preflight.served_lora_rank); each prompt of a stage carries its
 role's `LoRARequest`, so one `generate` serves all policies of a stage. After every optimizer step
 `sync` saves each adapter to a temporary directory of the job (under $TMPDIR, which SLURM sites point
 at job-local scratch; not /dev/shm, 64 MB in containers, where an r64 adapter of Qwen3-1.7B alone
@@ -19,7 +19,7 @@ instead of taking local rank 0 and cuda:0), a seed of its own, and `engine_envir
 LOCAL_RANK (the GPU it sees, distributed.device_index) and WORLD_SIZE; every rank waits for the
 others' engines before going on. One process keeps vLLM's default in-process executor (what the CPU
 CI runs). Tensor parallelism needs engine subgroups that do not exist yet: preflight refuses
-`tensor_parallel_size > 1` (trainer.sweep.preflight.tensor_parallel_problems). `enable_sleep_mode` sleeps the engine
+`tensor_parallel_size > 1` (trainer.rl.preflight.tensor_parallel_problems). `enable_sleep_mode` sleeps the engine
 (level 1: weights to CPU memory, KV cache dropped) for the update and wakes it before the sync.
 Only a GPU shows vLLM itself doing this: the CPU tests check the arguments and the call order.
 """
@@ -37,8 +37,8 @@ import torch
 from trainer.rl.chat import chat_prompt, stop_token_ids
 from trainer.rl.distributed import Ranks, device_index, rank_seed
 from trainer.rl.policies import PolicySet
+from trainer.rl.preflight import served_lora_rank, vllm_settings
 from trainer.rl.weight_sync import SyncVerifier
-from trainer.sweep.preflight import served_lora_rank, vllm_settings
 from trainer.workflows import Completion
 
 # one engine per PolicySet: the train and eval generators (two temperatures) share it

@@ -38,7 +38,7 @@ from typing import Any
 
 import submitit
 
-from trainer.sweep import rundir
+from trainer.contract import rundir
 from trainer.sweep.slurm_poll import squeue_jobs
 
 SPOOL_DIR = ".array-spool"  # beside the runs, like slurm_poll's .squeue.json

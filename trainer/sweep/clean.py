@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from trainer.sweep import rundir
+from trainer.contract import rundir
 
 
 def trainer_holds(work: Path) -> bool:

@@ -3,64 +3,21 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from trainer import settings
-from trainer.sweep import rundir
-from trainer.sweep.peak import PEAK_WINDOW_KEY, SMOOTHING_WINDOW
-from trainer.sweep.runid import RunId
+from trainer.contract.config import ConfigError
+from trainer.contract.peak import PEAK_WINDOW_KEY, SMOOTHING_WINDOW
+from trainer.contract.runid import RunId
 from trainer.sweep.variants import deep_merge, variant_delta, variant_problems, variant_runs
 
 if TYPE_CHECKING:  # imported by validate_config alone: resolving and reading a run's config needs no
     import jsonschema  # jsonschema (the GPU device check's image lacks it)
 
-# Sections that decide what a run computes; launcher and resources only decide where it runs,
-# so changing them must not invalidate a run's checkpoints.
-HASHED_KEYS = (
-    "run",
-    "workflow",
-    "task",
-    "scale",
-    "policy",
-    "seed",
-    "model",
-    "workflow_params",
-    "task_params",
-    "training",
-    "base_model",
-)
-
-
-UNHASHED_BASE_MODEL_KEYS = ("build_time_s",)  # model.json facts that differ between identical builds
-
-# Training settings added after runs were made. Each default reproduces what runs did before it existed,
-# so at its default a key is left out of the hash: finished runs keep their hash and are not rerun.
-HASHED_WHEN_SET = (
-    "agent_gradients",
-    "early_warning",
-    "eval_chunk_problems",
-    "eval_samples",
-    "generation_memory_gb",
-    "on_warning",
-    "vllm",
-    "vllm_importance_sampling_correction",
-    "vllm_importance_sampling_mode",
-    "vllm_importance_sampling_clip_max",
-    "vllm_importance_sampling_clip_min",
-)
-
-
 DEFAULT_DTYPE = settings.default_of(settings.ModelSettings, "dtype")  # a scale without `dtype`
-
-
-class ConfigError(ValueError):
-    """A config that cannot be run; the message names the key."""
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -352,83 +309,6 @@ def _peak_window(config: dict[str, Any]) -> dict[str, int]:
     the config.json of runs made before the trainer kept a peak is unchanged."""
     window = (config.get("analysis") or {}).get("smoothing_window", SMOOTHING_WINDOW)
     return {} if window == SMOOTHING_WINDOW else {PEAK_WINDOW_KEY: window}
-
-
-def world_size_of(resources: dict[str, Any]) -> int:
-    """A run's data-parallel process count: one per GPU (`resources.gpus`), else `resources.processes`
-    (default 1). The one place that reads resources.processes (launcher and trainer/rl/distributed.py)."""
-    res = settings.from_dict(settings.ResourceSettings, resources, "resources")
-    gpus, processes = res.gpus, res.processes
-    if processes < 1:
-        raise ConfigError(f"resources.processes: {processes}; at least 1")
-    if gpus and processes not in (1, gpus):
-        raise ConfigError(
-            f"resources.processes: {processes} with resources.gpus: {gpus}; a GPU run has one "
-            f"process per GPU: drop resources.processes or set it to {gpus}"
-        )
-    return gpus or processes
-
-
-def hashed_view(run_config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a run config that decides its results (not where it runs, nor how long a build took)."""
-    view = {k: run_config.get(k) for k in HASHED_KEYS}
-    if isinstance(view["base_model"], dict):
-        view["base_model"] = {k: v for k, v in view["base_model"].items() if k not in UNHASHED_BASE_MODEL_KEYS}
-    if isinstance(view["training"], dict):
-        view["training"] = {
-            k: v for k, v in view["training"].items() if not (k in HASHED_WHEN_SET and v == _training_default(k))
-        }
-    return view
-
-
-def _training_default(name: str) -> Any:
-    """A training setting's default as config.json holds it (a nested settings class as a dict)."""
-    default = settings.default_of(settings.TrainingSettings, name)
-    return dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
-
-
-def config_hash(run_config: dict[str, Any]) -> str:
-    """A content hash of the run config's hashed view."""
-    blob = json.dumps(hashed_view(run_config), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted keys of the hashed view whose values differ between two run configs."""
-
-    def diff(a: Any, b: Any, path: str) -> list[str]:
-        if isinstance(a, dict) and isinstance(b, dict):
-            return [k for key in sorted(set(a) | set(b)) for k in diff(a.get(key), b.get(key), f"{path}{key}.")]
-        return [path.rstrip(".")] if a != b else []
-
-    return diff(hashed_view(old), hashed_view(new), "")
-
-
-def checkpoint_config(work: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint under work/ and the run config it was written under, if any. One whose
-    config.json a crash left unreadable is passed over: the trainer moves it aside when it resumes."""
-    for ckpt in reversed(rundir.checkpoints(work)):
-        try:
-            return ckpt, json.loads((ckpt / rundir.CONFIG_JSON).read_text())
-        except (OSError, ValueError):
-            continue  # damaged (trainer/rl/checkpoint_files.py): not the one a resume would use
-    return None
-
-
-def resume_conflict(cfg: dict[str, Any], work: Path) -> str | None:
-    """Why the run cannot resume under `cfg` (its newest checkpoint has another config hash), or None.
-
-    The one check, for the launcher (before it submits) and the trainer (before it loads a checkpoint).
-    """
-    found = checkpoint_config(work)
-    if found is None or found[1]["config_hash"] == cfg["config_hash"]:
-        return None
-    path, old = found
-    keys = ", ".join(changed_keys(old, cfg)) or "(base model)"
-    return (
-        f"its checkpoint {path} was written under another config; changed: {keys}. Its logs up to that step "
-        f"are kept there (train/eval/samples parquet)"
-    )
 
 
 def base_model_spec(config: dict[str, Any], scale: str, tasks: list[str]) -> dict[str, Any]:

@@ -21,8 +21,8 @@ import heapq
 import math
 from typing import Any
 
+from trainer.rl.processes import world_size_of
 from trainer.settings import TrainingSettings, default_of, eval_problem_limit, is_eval_step
-from trainer.sweep.config import world_size_of
 from trainer.workflows import workflow_class
 
 # dense bf16 peak FLOP/s of the devices the plan can estimate for (the vendors' datasheets); `cpu`: two

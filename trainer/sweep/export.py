@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trainer.contract import rundir
 from trainer.settings import TrainingSettings, default_of
-from trainer.sweep import rundir
 
 WHICH = ("peak", "last")
 

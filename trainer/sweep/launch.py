@@ -35,10 +35,11 @@ from typing import Any
 
 import submitit
 
+from trainer.contract import rundir
+from trainer.contract.config import checkpoint_config, config_hash, hashed_view, resume_conflict
+from trainer.rl.processes import world_size_of
 from trainer.settings import LauncherSettings, ResourceSettings, from_dict
-from trainer.sweep import rundir
 from trainer.sweep.array_submit import ArraySubmitError, submit_in_array
-from trainer.sweep.config import checkpoint_config, config_hash, hashed_view, resume_conflict, world_size_of
 from trainer.sweep.prefetch import content_hash, pin_prefetched
 from trainer.sweep.slurm_poll import LIVE_SLURM_STATES, SlurmError, cancel_slurm_job, slurm_jobs_tagged, slurm_state
 from trainer.sweep.train_job import TrainJob

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config
+from trainer.contract.config import ConfigError
+from trainer.sweep.config import expand_matrix, resolve_run_config
 from trainer.sweep.measured import MEASURED_DIR, device_name, record_rate
 
 EVAL_PROBLEMS = 32  # per split: enough episodes for an eval rate, a fraction of an eval's cost

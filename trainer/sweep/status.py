@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.sweep import rundir
+from trainer.contract import rundir
 from trainer.sweep.config import expand_matrix
 from trainer.sweep.launch import JOB_JSON, LIVE_SLURM_STATES, grace_warning
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from trainer.contract import rundir
 from trainer.settings import LauncherSettings, from_dict
-from trainer.sweep import rundir
 
 TERMINATED_WAIT_S = 600  # a job stopped by SIGTERM waits this long for SLURM's SIGKILL (KillWait)
 # Train jobs never reach the network: the prefetch rules put models and datasets in the cache first.

@@ -1,7 +1,7 @@
 """Variants: named deltas of the config, an optional sixth axis of a matrix (`matrices.<m>.variants`).
 
 A variant `{name: delta}` adds, next to the matrix's plain runs, one run per multi-agent run with the
-suffix `-{name}` (trainer.sweep.runid) whose settings are the plain run's with `delta` deep-merged in
+suffix `-{name}` (trainer.contract.runid) whose settings are the plain run's with `delta` deep-merged in
 after the overrides. A delta that touches only `workflows.<w>` (a workflow knob such as n_votes) applies
 to runs of those workflows only: it would not change the others. The single-agent baseline is the
 reference of every cell and gets no variants.
@@ -13,7 +13,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from trainer.sweep.runid import RunId
+from trainer.contract.runid import RunId
 
 SECTIONS = ("training", "resources", "workflows", "tasks")  # what a delta may set (the schema says the same)
 

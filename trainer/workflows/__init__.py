@@ -10,7 +10,7 @@ and scoring (`base`, prompts/*.yaml), the registry (`registry`) and one module p
 workflow (`single`, `eval_opt`, `voting`, `orch_workers`). Adding a workflow is one module with
 a `@register`ed class plus its `workflows:` entry in config.yaml; one outside this package is
 named there by `module:` (see `registry`). May import `trainer.tasks` and the sweep's contract
-modules `trainer.sweep.runid` and `trainer.sweep.rundir`; never `trainer.sweep.config` or the
+modules `trainer.contract.runid` and `trainer.contract.rundir`; never `trainer.sweep.config` or the
 rest of the sweep, which imports this package (for names, roles and a run's cost).
 """
 

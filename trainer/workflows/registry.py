@@ -15,8 +15,8 @@ import os
 import re
 from typing import Any, TypeVar
 
-from trainer.sweep.rundir import roles_entry
-from trainer.sweep.runid import WORKFLOW_NAME
+from trainer.contract.rundir import roles_entry
+from trainer.contract.runid import WORKFLOW_NAME
 from trainer.tasks import Task
 from trainer.workflows.base import Workflow
 

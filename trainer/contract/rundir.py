@@ -288,8 +288,8 @@ def lock_held(path: str | Path) -> bool:
 
 # The run id is part of this contract; analysis reads it from here.
 # So is the smoothed peak (the trainer keeps its checkpoint, the analysis reports it): one definition.
-from trainer.sweep.peak import SMOOTHING_WINDOW, curve_peak, peak_index, smooth  # noqa: E402,F401
-from trainer.sweep.runid import RunId, parse_run_id  # noqa: E402,F401
+from trainer.contract.peak import SMOOTHING_WINDOW, curve_peak, peak_index, smooth  # noqa: E402,F401
+from trainer.contract.runid import RunId, parse_run_id  # noqa: E402,F401
 
 
 def pid_alive(pid: int) -> bool:

@@ -15,8 +15,9 @@ import importlib
 import importlib.util
 from typing import Any
 
+from trainer.contract.config import ConfigError
 from trainer.settings import ResourceSettings, TrainingSettings, VllmSettings, from_dict
-from trainer.sweep.config import ConfigError, expand_matrix, resolve_run_config
+from trainer.sweep.config import expand_matrix, resolve_run_config
 
 # the LoRA ranks vLLM accepts as max_lora_rank (vllm.config.lora.MaxLoRARanks); an adapter of rank r
 # is served with the smallest of them >= r
