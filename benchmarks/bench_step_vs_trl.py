@@ -102,23 +102,18 @@ def ours(model_dir: Path, args: argparse.Namespace, d: Path) -> tuple[dict[str, 
     )
 
 
-def trl(model_dir: Path, prompts: list[str], training: dict, args: argparse.Namespace, d: Path) -> dict[str, float]:
-    """TRL GRPOTrainer's step and update times on the same model, prompts, adapter and settings."""
-    import datasets
-    from peft import LoraConfig
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+def trl_config(training: dict, args: argparse.Namespace, d: Path) -> Any:
+    """TRL's GRPOConfig with this trainer's `training` settings: one step of `args.prompts` groups on CPU."""
+    from trl import GRPOConfig
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    n = args.prompts * args.generations
-    config = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(d / "trl"),
         report_to="none",
         use_cpu=True,
         bf16=False,
         fp16=False,
         seed=0,
-        per_device_train_batch_size=n,
+        per_device_train_batch_size=args.prompts * args.generations,
         num_generations=args.generations,
         gradient_accumulation_steps=1,
         max_completion_length=args.tokens,
@@ -138,6 +133,18 @@ def trl(model_dir: Path, prompts: list[str], training: dict, args: argparse.Name
         save_strategy="no",
         dataloader_num_workers=0,
     )
+
+
+def trl(model_dir: Path, prompts: list[str], training: dict, args: argparse.Namespace, d: Path) -> dict[str, float]:
+    """TRL GRPOTrainer's step and update times on the same model, prompts, adapter and settings."""
+    import datasets
+    from peft import LoraConfig
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    n = args.prompts * args.generations
+    config = trl_config(training, args, d)
     data = datasets.Dataset.from_list([{"prompt": p} for p in prompts])
     rng = torch.Generator().manual_seed(0)
     trainer = GRPOTrainer(
