@@ -17,7 +17,13 @@ from analysis.runs import RunLogs
 from analysis.settings import AnalysisSettings
 from trainer.contract import rundir
 
-__all__ = ["summarize_curve", "curve_rows"]
+__all__ = ["summarize_curve", "curve_rows", "DEFINITION_VERSIONS"]
+
+# Each definition's version: change a definition (summarize_curve's terminal or cliff, peak.py's peak),
+# bump its version. Written into every summary row and the early-warning calibration's outputs.
+TERMINAL_VERSION = 1  # terminal_acc: the mean of the last terminal_k evals
+CLIFF_VERSION = 1  # peak - terminal >= cliff_drop, every eval from cliff_step to the end below peak - cliff_drop
+DEFINITION_VERSIONS = {"peak": rundir.PEAK_VERSION, "terminal": TERMINAL_VERSION, "cliff": CLIFF_VERSION}
 
 
 def summarize_curve(
@@ -93,6 +99,7 @@ def curve_rows(logs: RunLogs, analysis: AnalysisSettings) -> list[dict[str, Any]
                 "n_eval": n,
                 "max_steps": cfg["training"]["max_steps"],
                 **s,
+                **{f"{name}_version": v for name, v in DEFINITION_VERSIONS.items()},
             }
         )
     return rows

@@ -31,6 +31,10 @@ def flat_run(policy: str = "shared", seed: int = 0) -> pd.DataFrame:
                     "zero_var_group_share": 0.3 + 0.05 * rng.random(),
                     "amplification_index": 1.2 + 0.05 * rng.random(),
                     "logp_mismatch": 0.05 + 0.01 * rng.random(),
+                    "completion_len_mean": 20.0 + rng.random(),
+                    "reward_mean": 0.5 + 0.02 * rng.standard_normal(),
+                    "clip_ratio": 0.01 + 0.005 * rng.random(),
+                    "kl": 0.02 + 0.01 * rng.random(),
                     "skipped": False,
                 }
             )
@@ -52,26 +56,48 @@ def test_flat_run_is_silent(policy):
     assert ew.warnings_from_train(flat_run(policy)).empty
 
 
-PLANTS = [  # detector, column, planted value, spike only
-    ("entropy_collapse", "entropy", 0.2, False),
-    ("advantage_collapse", "zero_var_group_share", 1.0, False),
-    ("grad_norm_spike", "grad_norm", 20.0, True),
-    ("capture", "grad_sq_share", 0.95, False),
-    ("amplification", "amplification_index", 4.0, False),
-    ("train_inference_mismatch", "logp_mismatch", 2.0, False),
+PLANTS = [  # detector, {column: planted value}, spike only
+    # entropy collapsing while reward rises (reward bought: entropy_reward stays silent)
+    ("entropy_collapse", {"entropy": 0.2, "reward_mean": 1.0}, False),
+    ("advantage_collapse", {"zero_var_group_share": 1.0}, False),
+    ("grad_norm_spike", {"grad_norm": 20.0}, True),
+    ("capture", {"grad_sq_share": 0.95}, False),
+    ("amplification", {"amplification_index": 4.0}, False),
+    ("train_inference_mismatch", {"logp_mismatch": 2.0}, False),
+    ("length_surge", {"completion_len_mean": 60.0}, False),
+    ("entropy_reward", {"entropy": 0.9}, False),  # entropy spent (to 45% of its baseline), no reward bought
+    ("reward_drop", {"reward_mean": 0.1}, False),
+    ("clip_ratio", {"clip_ratio": 0.5}, False),
+    ("kl", {"kl": 2.0}, False),
 ]
 
 
-@pytest.mark.parametrize("detector,column,value,spike", PLANTS)
-def test_each_detector_fires_on_its_planted_signal(detector, column, value, spike):
-    found = ew.warnings_from_train(plant(flat_run(), column, value, only_onset=spike))
+@pytest.mark.parametrize("detector,values,spike", PLANTS)
+def test_each_detector_fires_on_its_planted_signal(detector, values, spike):
+    df = flat_run()
+    for column, value in values.items():
+        df = plant(df, column, value, only_onset=spike)
+    found = ew.warnings_from_train(df)
     assert list(found["detector"]) == [detector], found
     row = found.iloc[0]
     assert row["role"] == "generator"
     # within the trailing window of the onset, never before it
     assert ONSET <= row["step"] < ONSET + ew.DEFAULT_THRESHOLDS["window"]
-    assert row["threshold"] == ew.DEFAULT_THRESHOLDS[next(d.threshold_key for d in ew.DETECTORS if d.name == detector)]
-    assert row["version"] == ew.EARLY_WARNING_VERSION
+    assert row["threshold"] == ew.DEFAULT_THRESHOLDS[ew.BY_NAME[detector].threshold_key]
+    assert row["version"] == ew.DETECTOR_VERSIONS[detector]
+
+
+def test_combined_fires_where_k_of_its_detectors_fire_within_its_window():
+    """A length surge at ONSET and a gradient spike 3 steps later: each alone, and two of `combine` within
+    combine_window steps at the spike."""
+    df = plant(plant(flat_run(), "completion_len_mean", 60.0), "grad_norm", 20.0, only_onset=False)
+    df.loc[(df["role"] == "generator") & (df["step"] != ONSET + 3), "grad_norm"] = 1.0
+    found = ew.warnings_from_train(df)
+    first = found.groupby("detector")["step"].min().to_dict()
+    assert first["length_surge"] == ONSET and first["grad_norm_spike"] == ONSET + 3
+    assert first["combined"] == ONSET + 3 and found.set_index("detector").loc["combined", "value"] == 2
+    assert ew.warnings_from_train(df, {"combine_k": 3}).query("detector == 'combined'").empty
+    assert ew.warnings_from_train(df, {"combine": ["length_surge"]}).query("detector == 'combined'").empty
 
 
 def test_capture_is_silent_on_isolated_policies():
@@ -79,7 +105,9 @@ def test_capture_is_silent_on_isolated_policies():
 
 
 def test_absent_columns_silence_their_detectors():
-    df = plant(flat_run(), "entropy", 0.2).drop(columns=["amplification_index", "logp_mismatch"])
+    df = plant(flat_run(), "entropy", 0.2)
+    # without reward_mean, entropy_reward cannot see the entropy spent; combined then counts one detector
+    df = df.drop(columns=["amplification_index", "logp_mismatch", "reward_mean"])
     assert list(ew.warnings_from_train(df)["detector"]) == ["entropy_collapse"]
 
 
@@ -89,8 +117,8 @@ def test_thresholds_come_from_config_and_unknown_keys_are_errors():
     assert ew.warnings_from_train(df, ew.thresholds_of({"early_warning": {"capture_share": 0.8}})).empty
     with pytest.raises(ValueError, match="training.early_warning.capture_shares: unknown key"):
         ew.thresholds_of({"early_warning": {"capture_shares": 0.8}})
-    with pytest.raises(ValueError, match="training.on_warning"):
-        ew.on_warning_of({"on_warning": "panic"})
+    with pytest.raises(ValueError, match="training.early_warning.combine: unknown detector"):
+        ew.thresholds_of({"early_warning": {"combine": ["entropy_collapse", "vibes"]}})
 
 
 def test_online_warnings_at_each_step_equal_the_offline_ones():
@@ -110,7 +138,7 @@ def test_zero_variance_share_counts_groups_whose_rewards_agree():
 
 
 def test_warnings_table_has_the_contract_columns():
-    table = rundir.to_table(ew.warnings_from_train(plant(flat_run(), "entropy", 0.2)), rundir.WARNINGS_SCHEMA)
+    table = rundir.to_table(ew.warnings_from_train(plant(flat_run(), "kl", 2.0)), rundir.WARNINGS_SCHEMA)
     assert table.schema.names[:5] == ["step", "role", "detector", "value", "threshold"]
     assert table.num_rows == 1
 
@@ -166,6 +194,7 @@ def test_analyse_writes_the_early_warning_table_and_figure(tmp_path):
     import io
 
     from analysis.analyse import analyse
+    from analysis.curves import DEFINITION_VERSIONS
     from analysis.figures import render_all
     from analysis.settings import AnalysisSettings
     from benchmarks.bench_warnings import judged_planted_runs
@@ -176,6 +205,9 @@ def test_analyse_writes_the_early_warning_table_and_figure(tmp_path):
     table = pd.read_csv(tmp_path / "res" / "tables" / "early_warnings.csv")
     assert list(table["detector"]) == list(rundir.EARLY_WARNING_DETECTORS)
     assert (table["runs_cliff"] + table["runs_no_cliff"] == len(dirs)).all()
+    summary = pd.read_parquet(tmp_path / "res" / "summary.parquet")  # each definition's version, per run
+    for name, version in DEFINITION_VERSIONS.items():
+        assert (summary[f"{name}_version"] == version).all()
     onsets = pd.read_parquet(tmp_path / "res" / "analysis" / "warnings.parquet")
     assert len(onsets) and set(onsets["detector"]) <= set(rundir.EARLY_WARNING_DETECTORS)
     assert not onsets.duplicated(["run", "detector"]).any()

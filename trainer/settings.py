@@ -50,6 +50,19 @@ class EarlyWarningSettings:
     capture_share: float = setting(0.6, "Capture: a role's share of a shared policy's squared gradient.")
     amplification_index: float = setting(2.0, "Amplification: sum_k ||g_k|| / ||sum_k g_k|| of parallel agents.")
     train_inference_mismatch: float = setting(0.5, "Mean |log p_engine - log p_trainer| (logp_mismatch, vllm).")
+    length_surge_ratio: float = setting(1.5, "Length surge: trailing completion length over its running minimum.")
+    entropy_reward_gap: float = setting(
+        0.5, "Entropy-reward: relative entropy drop from the baseline minus the reward's rise from it."
+    )
+    reward_drop: float = setting(0.3, "Reward drop: the highest trailing reward so far minus the trailing reward.")
+    clip_ratio: float = setting(0.2, "Clip ratio: share of tokens whose importance ratio left the clip range.")
+    kl: float = setting(0.5, "KL: per-token KL to the reference policy (where beta > 0).")
+    combine: list[str] = setting(
+        ["entropy_collapse", "grad_norm_spike", "length_surge", "entropy_reward", "reward_drop"],
+        "Combined: the detectors it counts.",
+    )
+    combine_k: int = setting(2, "Combined: fires when this many of `combine` fired in the last combine_window steps.")
+    combine_window: int = setting(5, "Combined: steps in which its detectors' firing counts.")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["SMOOTHING_WINDOW", "smooth", "peak_index", "curve_peak"]
+__all__ = ["PEAK_VERSION", "SMOOTHING_WINDOW", "smooth", "peak_index", "curve_peak"]
+
+# The definition's version (smoothing, first maximum): change the definition, bump it. The analysis writes it
+# beside its terminal and cliff versions (analysis/curves.py DEFINITION_VERSIONS).
+PEAK_VERSION = 1
 
 # Evals in the trailing moving average: one noisy eval is no peak. analysis.smoothing_window's
 # default; a run config records another value only where config.yaml sets one (PEAK_WINDOW_KEY).

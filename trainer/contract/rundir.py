@@ -172,7 +172,7 @@ def _eval_schema() -> pa.Schema:
 
 def _warnings_schema() -> pa.Schema:
     """One row per early warning: a detector of trainer/rl/early_warning.py crossing its threshold (onset)
-    on a role's signal at a step; `version` is the detectors' definition version (EARLY_WARNING_VERSION)."""
+    on a role's signal at a step; `version` is that detector's definition version (DETECTOR_VERSIONS)."""
     import pyarrow as pa
 
     return pa.schema(
@@ -207,6 +207,12 @@ EARLY_WARNING_DETECTORS = (
     "capture",
     "amplification",
     "train_inference_mismatch",
+    "length_surge",
+    "entropy_reward",
+    "reward_drop",
+    "clip_ratio",
+    "kl",
+    "combined",
 )
 
 TIME_COLUMNS = ("time_s",)  # the only columns that may differ between two runs with the same seed
@@ -288,7 +294,7 @@ def lock_held(path: str | Path) -> bool:
 
 # The run id is part of this contract; analysis reads it from here.
 # So is the smoothed peak (the trainer keeps its checkpoint, the analysis reports it): one definition.
-from trainer.contract.peak import SMOOTHING_WINDOW, curve_peak, peak_index, smooth  # noqa: E402,F401
+from trainer.contract.peak import PEAK_VERSION, SMOOTHING_WINDOW, curve_peak, peak_index, smooth  # noqa: E402,F401
 from trainer.contract.runid import RunId, parse_run_id  # noqa: E402,F401
 
 
