@@ -3,6 +3,7 @@
 python -m analysis analyse --results results --analysis JSON --expected RUN... -- RUN_DIR...
 python -m analysis figures --results results --out-dir results/figures --expected RUN...
 python -m analysis progress --out results/figures/progress.png [--include-running] -- RUN_DIR...
+python -m analysis calibrate-warnings --calibrate-seeds 0,1,2 [--calibrate-on AXIS=VALUE] --out DIR -- RUN_DIR...
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import pandas as pd
 
 from analysis.analyse import analyse
+from analysis.calibrate_cli import add_calibrate_parser, calibrate_command
 from analysis.figures import render_all
 from analysis.names import run_axes
 from analysis.progress import progress_curves, render_progress
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the figure file (png or pdf)")
     p.add_argument("--include-running", action="store_true", help="draw running runs from their work/ logs")
     p.add_argument("run_dirs", nargs="*", help="run directories (finished or not)")
+    add_calibrate_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "analyse":
@@ -63,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             + "".join(f"; {r.run} running @ step {r.at_step}" for r in running.itertuples()),
             file=sys.stderr,
         )
+    elif args.command == "calibrate-warnings":
+        summary = calibrate_command(args)
+        print(summary["verdict"], file=sys.stderr)
     return 0
 
 

@@ -37,3 +37,38 @@ rule analyse:
         results=lambda wildcards, output: Path(output.parquet).parent,
     shell:
         f"{ANALYSE_COMMAND} > {{log}} 2>&1"
+
+
+# `snakemake calibrate_warnings`: each early-warning detector's threshold chosen on the first half of the
+# matrix's seeds and judged on the other half (docs/early_warnings.md), over the runs finished when the DAG
+# is built (a parameter, as in `figures`: no train job enters); never part of the default target.
+MATRIX_SEEDS = sorted({parse_run_id(r).seed for r in RUNS})
+CALIBRATION_SEEDS = ",".join(str(s) for s in MATRIX_SEEDS[: max(1, len(MATRIX_SEEDS) // 2)])
+
+
+rule calibrate_warnings:
+    output:
+        csv=f"{RESULTS}/warnings/heldout.csv",
+        md=f"{RESULTS}/warnings/heldout.md",
+        sweep=f"{RESULTS}/warnings/sweep.csv",
+        png=f"{RESULTS}/warnings/calibration.png",
+        yaml=f"{RESULTS}/warnings/early_warning.yaml",
+        json=f"{RESULTS}/warnings/calibration.json",
+    log:
+        f"{RESULTS}/logs/calibrate_warnings.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/calibrate_warnings.tsv"
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    threads: 1
+    params:
+        run_dirs=finished_run_dirs,
+        finished=finished_runs_stamp,
+        seeds=CALIBRATION_SEEDS,
+        analysis=analysis_arg(),
+        early_warning=shlex.quote(json.dumps(config["training"]["early_warning"], sort_keys=True)),
+        out=lambda wildcards, output: Path(output.csv).parent,
+    shell:
+        "python -m analysis calibrate-warnings --calibrate-seeds {params.seeds} --analysis {params.analysis}"
+        " --early-warning {params.early_warning} --out {params.out} -- {params.run_dirs} > {log} 2>&1"
