@@ -1,6 +1,6 @@
 """One accuracy curve summarised: base, peak (smoothed), terminal, gains and the cliff detector.
 
-DESIGN.md's definitions: `summarize_curve` for one curve, `curve_rows` for every eval split of
+The definitions of docs/evaluation.md: `summarize_curve` for one curve, `curve_rows` for every eval split of
 a checked run (with each gain's noise floor). The smoothed peak is trainer/contract/peak.py's (through
 the run-directory contract), the one the trainer keeps the checkpoint of.
 """
@@ -77,7 +77,7 @@ def summarize_curve(
 
 
 def curve_rows(logs: RunLogs, analysis: AnalysisSettings) -> list[dict[str, Any]]:
-    """One summary row per eval split of a checked run (DESIGN.md's definitions), with its noise floor."""
+    """One summary row per eval split of a checked run (docs/evaluation.md's definitions), with its noise floor."""
     cfg, rows = logs.config, []
     for split, g in logs.evals.groupby("split", sort=False):
         s = summarize_curve(

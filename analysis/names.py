@@ -36,7 +36,7 @@ TABLES = {
     "capture_onset": "Claims",
 }
 
-# The study's claims (DESIGN.md), each with the table that measures it (results/tables/) and its figure
+# The study's claims (docs/evaluation.md), each with the table that measures it (results/tables/) and its figure
 # (results/figures/): claim -> (table stem, figure stem). analysis/claims.py computes the tables.
 CLAIMS = {
     "isolated_falls_off_cliffs_more_often": ("cliff_incidence", "claim_cliff_incidence"),

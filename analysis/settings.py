@@ -22,7 +22,7 @@ def _setting(default: Any, help: str) -> Any:  # noqa: A002 (the dataclass-field
 
 @dataclass(frozen=True)
 class AnalysisSettings:
-    """Metric definitions of the analysis (DESIGN.md), with the study's values as defaults."""
+    """Metric definitions of the analysis (docs/evaluation.md), with the study's values as defaults."""
 
     smoothing_window: int = _setting(
         rundir.SMOOTHING_WINDOW,

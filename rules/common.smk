@@ -32,7 +32,7 @@ from trainer.contract.runid import RUN_ID_PATTERN, parse_run_id
 from trainer.sweep.cost import run_turns
 
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
-check_matrix(config)  # a rollout backend that cannot start in this environment fails here (issue 18)
+check_matrix(config)  # a rollout backend that cannot start in this environment fails here
 check_plan(config)  # a run whose one eval cannot fit its job is refused here (trainer/sweep/gate.py)
 
 RESULTS = config.get("results_dir") or "results"  # a scratch file system: --config results_dir=/scratch/...

@@ -2,7 +2,7 @@
 
 One Snakemake invocation trains the 7 runs of one task (single shared; eval_opt, voting and
 orch_workers shared and isolated) on the session's cached tiny base model; each run directory
-must hold every file of DESIGN.md's contract with rows for every role, and one run trained a
+must hold every file of the run-directory contract (docs/design.md) with rows for every role, and one run trained a
 second time with the same seed must give identical logs up to the time columns.
 """
 
