@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -69,6 +70,29 @@ def hf_models(trainer: Trainer) -> dict[str, torch.nn.Module]:
     return {name: p.peft.get_base_model() for name in p.policies} if p.finetune == "lora" else dict(p.models)
 
 
+def assert_saved_as_trained(trainer: Trainer, saved: Path, model_dir: Path) -> None:
+    """Each policy saved in save_pretrained layout under `saved`, and what was saved is what was trained."""
+    policies = trainer.policies
+    for name in policies.policies:
+        folder = saved / name
+        if policies.finetune == "lora":
+            from peft import get_peft_model_state_dict
+
+            assert (folder / "adapter_config.json").exists() and (folder / "adapter_model.safetensors").exists()
+            adapter = json.loads((folder / "adapter_config.json").read_text())
+            assert adapter["base_model_name_or_path"] == str(model_dir) and adapter["peft_type"] == "LORA"
+            weights = load_file(folder / "adapter_model.safetensors")
+            trained = get_peft_model_state_dict(policies.peft, adapter_name=name)
+            assert weights.keys() == trained.keys() and weights
+            assert all(torch.equal(weights[k], trained[k].cpu()) for k in weights)
+        else:
+            assert (folder / "config.json").exists() and (folder / "model.safetensors").exists()
+            reloaded = transformers.AutoModelForCausalLM.from_pretrained(folder)
+            trained = dict(policies.models[name].named_parameters())
+            for n, x in reloaded.named_parameters():
+                assert torch.equal(x, trained[n].detach().cpu()), n
+
+
 @pytest.mark.parametrize("mode", ["shared", "isolated"])
 @pytest.mark.parametrize("finetune", ["lora", "full"])
 def test_real_scale_step_with_gradient_checkpointing(finetune, mode, model_dir, tmp_path):
@@ -118,23 +142,4 @@ def test_real_scale_step_with_gradient_checkpointing(finetune, mode, model_dir, 
         assert all(torch.equal(x, after[n]) for n, x in frozen.items())
         assert all(not after[n].requires_grad for n in frozen)
 
-    # each policy saved in save_pretrained layout, and what was saved is what was trained
-    saved = run_dir / "work" / "checkpoints" / "step-000001" / "policies"
-    for name in policies.policies:
-        folder = saved / name
-        if finetune == "lora":
-            from peft import get_peft_model_state_dict
-
-            assert (folder / "adapter_config.json").exists() and (folder / "adapter_model.safetensors").exists()
-            adapter = json.loads((folder / "adapter_config.json").read_text())
-            assert adapter["base_model_name_or_path"] == str(model_dir) and adapter["peft_type"] == "LORA"
-            weights = load_file(folder / "adapter_model.safetensors")
-            trained = get_peft_model_state_dict(policies.peft, adapter_name=name)
-            assert weights.keys() == trained.keys() and weights
-            assert all(torch.equal(weights[k], trained[k].cpu()) for k in weights)
-        else:
-            assert (folder / "config.json").exists() and (folder / "model.safetensors").exists()
-            reloaded = transformers.AutoModelForCausalLM.from_pretrained(folder)
-            trained = dict(policies.models[name].named_parameters())
-            for n, x in reloaded.named_parameters():
-                assert torch.equal(x, trained[n].detach().cpu()), n
+    assert_saved_as_trained(trainer, run_dir / "work" / "checkpoints" / "step-000001" / "policies", model_dir)
