@@ -13,8 +13,7 @@ resident memory (VmRSS). Every job is cancelled at the end.
 With --array it measures submission instead: --runs real launchers (`python -m trainer launch`) started
 together, one job per run and then launcher.array_window_s (trainer/sweep/array_submit.py), their jobs
 held (sbatch_extra hold: in the queue, never run); sbatch calls, queue entries and the seconds until
-every run's work/job.json records its job (CI cluster, 2 loaded cores, --runs 50 --array-window 60:
-50 sbatch calls and 15 s one job per run; 1 sbatch call and 63 s with arrays).
+every run's work/job.json records its job. Its figures, with their machine: docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cost plan against the demo it plans: predicted over actual run time on this machine (issue 25).
+"""The cost plan against the demo it plans: predicted over actual run time on this machine.
 
     python -m benchmarks.bench_plan [--workdir DIR] [--base-model MODEL_JSON] [--cores 2]
 

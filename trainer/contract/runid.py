@@ -52,7 +52,7 @@ class RunId:
 
     def axes(self) -> dict[str, str | int]:
         """The run's values by axis name; `variant` only where the run has one, so that a plain run's
-        resolved config (which spreads these) stays what it was before variants existed."""
+        resolved config (which spreads these) holds no `variant` key, and its hash does not depend on the axis."""
         axes: dict[str, str | int] = {
             "workflow": self.workflow,
             "task": self.task,

@@ -138,9 +138,8 @@ LOSS_WINDOW = 20  # steps whose mean completion loss is compared with warm_start
 
 def warm_start_lr_factor(step: int, warmup: int, decay_start: int, decay_steps: int) -> float:
     """The warm start's learning-rate multiplier (warmup-stable-decay): a linear warm-up over `warmup`
-    steps, constant, then from `decay_start` a linear decay to 10% over `decay_steps`. Measured on the
-    demo's mix: a long phase at the full rate learns faster than a decay from the start (after 900
-    steps, 38% greedy math accuracy against 26%)."""
+    steps, constant, then from `decay_start` a linear decay to 10% over `decay_steps`: on the demo's mix
+    a long phase at the full rate learns faster than a decay from the start (docs/benchmarks.md)."""
     if step < warmup:
         return (step + 1) / warmup
     if step < decay_start:

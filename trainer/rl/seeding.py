@@ -28,8 +28,8 @@ def step_seed(seed: int, step: int, salt: int = 0) -> int:
 
 @lru_cache(maxsize=4)
 def epoch_order(seed: int, epoch: int, n: int) -> tuple[int, ...]:
-    """The order of `n` train problems in `epoch`: a seeded permutation (cached: a step's prompts
-    all read it, and shuffling thousands of indices per prompt cost 20 ms of a demo step)."""
+    """The order of `n` train problems in `epoch`: a seeded permutation (cached: every prompt of
+    a step reads it, and a shuffle of thousands of indices per prompt is a visible share of a tiny step)."""
     order = list(range(n))
     random.Random(step_seed(seed, epoch, salt=1)).shuffle(order)
     return tuple(order)

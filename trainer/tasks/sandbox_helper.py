@@ -1,8 +1,8 @@
 """Sandbox executions started from a small helper process instead of the trainer.
 
 Starting a sandboxed program forks the calling process, and a fork copies the caller's page
-tables: from the trainer (about 1.3 GB resident: torch, the model, the heap the allocator keeps)
-one execution took ~100 ms, from a small process ~35 ms (measured on the demo's code task). So
+tables: from the trainer (torch, the model, the heap the allocator keeps) that copy costs more than
+the execution itself, from a small process little (docs/benchmarks.md: the code sandbox). So
 the code task hands each execution to a helper, `python -m trainer.tasks.sandbox_helper`, which
 holds a `Sandbox` and nothing else; concurrent executions (the task's scoring threads) each take
 an idle helper or start one, so there are as many helpers as executions ever ran at once. The
