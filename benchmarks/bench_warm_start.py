@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
         "--splits", type=int, nargs="+", default=[4, 8], help="warm_start_micro_batches values (4: the demo's)"
     )
     ap.add_argument("--jobs", type=int, default=2, help="builds side by side (the cores are shared among them)")
-    ap.add_argument("--target-loss", type=float, default=0.1, help="every final loss must be below this (docs/benchmarks.md)")
+    ap.add_argument("--target-loss", type=float, default=0.1, help="every final loss must be below this")
     ap.add_argument("--min-accuracy", type=float, default=0.25, help="every base accuracy must be at least this")
     ap.add_argument("--tiny", default="{}", help="JSON overrides of scales.tiny.tiny (e.g. a schedule to try)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench_warm_start"))
