@@ -7,6 +7,8 @@ step (analysis/curves.py's definition on the primary eval split). Per detector:
 - `median_lead_steps`: the median over those runs of cliff_step - first onset;
 - `runs_no_cliff`, `false_alarms`: runs without a cliff, and those where the detector fired at all
   (`false_alarm_rate` = their share).
+This is the in-sample view at the thresholds the runs were trained with; thresholds chosen on some runs
+and judged on held-out ones, with intervals and a lead of whole evals, are analysis/calibrate_warnings.py's.
 """
 
 from __future__ import annotations
