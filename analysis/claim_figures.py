@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.empty_figure import empty_figure  # noqa: E402
 from analysis.figure_data import MISSING, POLICY_COLOURS, Data, Grid, wf_name  # noqa: E402
 
 
@@ -54,6 +55,11 @@ def _table(data: Data, name: str) -> pd.DataFrame:
 def claim_cliff_incidence(data: Data, grid: Grid) -> plt.Figure:
     """Isolated minus Shared cliff incidence (exact McNemar interval) and peak step (bootstrap), per cell and pooled."""
     t = _table(data, "cliff_incidence")
+    if not len(t):
+        return empty_figure(
+            "Isolated - Shared: cliff incidence and peak step",
+            "No cell has both an Isolated and a Shared run of the same seed: no paired difference to draw.",
+        )
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.28 * max(len(t), 4)), sharey=True)
     # the variant column is written only where some run has a variant (names.as_written)
     variants = t["variant"].fillna("").astype(str) if "variant" in t else pd.Series([""] * len(t), index=t.index)
@@ -61,26 +67,22 @@ def claim_cliff_incidence(data: Data, grid: Grid) -> plt.Figure:
         f"{wf_name(r.workflow)}/{r.task}/{r.scale}" + (f"/{v}" if v not in ("", "nan") else "")
         for r, v in zip(t.itertuples(), variants)
     ]
-    if len(t):
-        _forest(
-            a,
-            labels,
-            t["diff_incidence"],
-            t["diff_incidence_lo"],
-            t["diff_incidence_hi"],
-            "cliff incidence, isolated - shared (paired by cell and seed)",
-        )
-        _forest(
-            b,
-            labels,
-            t["diff_peak_step"],
-            t["diff_peak_step_lo"],
-            t["diff_peak_step_hi"],
-            "peak step, isolated - shared (steps)",
-        )
-    else:
-        _empty(a, "no Isolated/Shared pairs")
-        _empty(b, "no Isolated/Shared pairs")
+    _forest(
+        a,
+        labels,
+        t["diff_incidence"],
+        t["diff_incidence_lo"],
+        t["diff_incidence_hi"],
+        "cliff incidence, isolated - shared (paired by cell and seed)",
+    )
+    _forest(
+        b,
+        labels,
+        t["diff_peak_step"],
+        t["diff_peak_step_lo"],
+        t["diff_peak_step_hi"],
+        "peak step, isolated - shared (steps)",
+    )
     fig.tight_layout()
     return fig
 
@@ -89,10 +91,12 @@ def claim_signature_rates(data: Data, grid: Grid) -> plt.Figure:
     """Each failure signature's rate over all terminal eval episodes, Shared and Isolated, Wilson intervals."""
     t = _table(data, "signature_rates")
     t = t[t["note"].fillna("") == ""] if len(t) else t
-    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.3 * max(len(t), 4)))
     if not len(t):
-        _empty(ax, "no signature measured over all eval episodes")
-        return fig
+        return empty_figure(
+            "Failure signatures: rate over all terminal eval episodes",
+            "No failure signature is measured over all eval episodes of the analysed runs: no rate to draw.",
+        )
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.3 * max(len(t), 4)))
     y = np.arange(len(t))[::-1]
     for off, pol in ((0.12, "shared"), (-0.12, "isolated")):
         r, lo, hi = (t[f"rate_{pol}{s}"].to_numpy(dtype=float) for s in ("", "_lo", "_hi"))
@@ -112,13 +116,11 @@ def claim_amplification_dose(data: Data, grid: Grid) -> plt.Figure:
     """Left: mean amplification index against parallel agents per workflow and policy; right: per run, the index
     against the terminal drop (peak - terminal)."""
     t = _table(data, "amplification_dose")
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     dose = t[t["statistic"] == "mean_index"] if len(t) else t
     if not len(dose):
-        note = t["note"].iloc[0] if len(t) and "note" in t else "no runs with parallel agents"
-        _empty(a, str(note)[:90])
-        _empty(b, "")
-        return fig
+        note = t["note"].iloc[0] if len(t) and "note" in t else "No analysed run has parallel agents."
+        return empty_figure("Amplification index against parallel agents", str(note))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for (wf, pol), g in dose.groupby(["workflow", "policy"], sort=True):
         k = g["n_agents"].astype(float).to_numpy()
         e, lo, hi = (g[c].to_numpy(dtype=float) for c in ("estimate", "lo", "hi"))
@@ -159,6 +161,16 @@ def claim_capture_onset(data: Data, grid: Grid) -> plt.Figure:
     with a cliff, capture step against cliff step (above the diagonal: captured after it)."""
     t = _table(data, "capture_onset")
     t = t[t["workflow"].notna()] if len(t) else t
+    s = _all_runs(data)  # as the capture_onset table counts them
+    if {"capture_step", "cliff_step", "policy"} <= set(s.columns):
+        s = s[(s["policy"] == "shared") & s["capture_step"].notna() & s["cliff_step"].notna()]
+    else:
+        s = s.iloc[0:0]
+    if not len(s):
+        return empty_figure(
+            "Capture of a Shared policy against its cliff",
+            "No Shared run has both a capture and a cliff: no capture lead to draw.",
+        )
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     labels = [f"{wf_name(r.workflow)}/{r.task}" for r in t.itertuples()] if len(t) else []
     _forest(
@@ -170,17 +182,11 @@ def claim_capture_onset(data: Data, grid: Grid) -> plt.Figure:
         "cliff step - capture step (steps)",
         POLICY_COLOURS["shared"],
     )
-    s = _all_runs(data)  # as the capture_onset table counts them
-    if {"capture_step", "cliff_step"} <= set(s.columns):
-        s = s[(s["policy"] == "shared") & s["capture_step"].notna() & s["cliff_step"].notna()]
-    if len(s) and "capture_step" in s:
-        b.scatter(s["cliff_step"], s["capture_step"], s=14, color=POLICY_COLOURS["shared"])
-        m = float(np.nanmax([s["cliff_step"].max(), s["capture_step"].max()]))
-        b.plot([0, m], [0, m], color="0.4", ls="--", lw=0.8)
-        b.set_xlabel("cliff step")
-        b.set_ylabel("capture step")
-    else:
-        _empty(b, "no Shared run with both a capture and a cliff")
+    b.scatter(s["cliff_step"], s["capture_step"], s=14, color=POLICY_COLOURS["shared"])
+    m = float(np.nanmax([s["cliff_step"].max(), s["capture_step"].max()]))
+    b.plot([0, m], [0, m], color="0.4", ls="--", lw=0.8)
+    b.set_xlabel("cliff step")
+    b.set_ylabel("capture step")
     fig.tight_layout()
     return fig
 

@@ -22,6 +22,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from analysis.claim_figures import CLAIM_FIGURES  # noqa: E402
+from analysis.empty_figure import NO_RUN, empty_figure  # noqa: E402
 from analysis.figure_data import (  # noqa: E402
     MISSING,
     POLICY_COLOURS,
@@ -49,59 +50,71 @@ def _save(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
 
 
 # 1 -------------------------------------------------------------------------------------------------------------
+def _curve_cell(ax: plt.Axes, cell: pd.DataFrame, grid: Grid, wf: str) -> list[str]:
+    """One workflow x task panel: a line per scale and policy (mean over seeds, band = +-1 std over seeds), base
+    accuracy dashed. Returns the scale/policy pairs with no run."""
+    missing = []
+    for scale in grid.scales:
+        for policy in grid.policies:
+            if wf == "single" and policy != "shared":
+                continue
+            g = select(cell, scale=scale, policy=policy)
+            if not len(g):
+                missing.append(f"{scale}/{policy}")
+                continue
+            by = g.groupby("step")["accuracy"]
+            mean, std = by.mean(), by.std().fillna(0.0)
+            colour = POLICY_COLOURS[policy]
+            ax.plot(
+                mean.index,
+                mean.values,
+                color=colour,
+                marker=grid.markers[scale],
+                ms=3.5,
+                lw=1.2,
+                markevery=max(len(mean) // 8, 1),
+            )
+            if g["seed"].nunique() > 1:
+                ax.fill_between(mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.13, lw=0)
+            base = g[g["step"] == 0]["accuracy"].mean()
+            if base == base:
+                ax.axhline(base, color=colour, ls="--", lw=0.8, alpha=0.6)
+    return missing
+
+
+def _missing_note(ax: plt.Axes, missing: list[str], cell_empty: bool) -> None:
+    """A panel's gaps: "missing" across an empty panel, else the missing lines named in a corner."""
+    if missing and cell_empty:
+        ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
+    elif missing:
+        more = " ..." if len(missing) > 4 else ""
+        ax.text(
+            0.02,
+            0.03,
+            "missing: " + ", ".join(missing[:4]) + more,
+            transform=ax.transAxes,
+            ha="left",
+            va="bottom",
+            color="0.45",
+            fontsize=6,
+            style="italic",
+        )
+
+
 def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
     """Rows = workflow, columns = task; a line per scale and policy (mean over seeds, band = +-1 std over seeds),
     base accuracy dashed."""
+    title = "Eval accuracy over training (mean over seeds, band: ±1 std; dashed: base model)"
+    if not len(data.curves):
+        return empty_figure(title, NO_RUN)
     nr, nc = len(grid.workflows), len(grid.tasks)
     fig, axes = plt.subplots(nr, nc, figsize=(4.4 * nc, 2.6 * nr + 0.8), squeeze=False, sharex=True, sharey=True)
-    curves = data.curves
     for r, wf in enumerate(grid.workflows):
         for c, task in enumerate(grid.tasks):
             ax = axes[r][c]
             ax.set_title(f"{wf_name(wf)} / {task}", fontsize=9)
-            cell = select(curves, workflow=wf, task=task)
-            missing = []
-            for scale in grid.scales:
-                for policy in grid.policies:
-                    if wf == "single" and policy != "shared":
-                        continue
-                    g = select(cell, scale=scale, policy=policy)
-                    if not len(g):
-                        missing.append(f"{scale}/{policy}")
-                        continue
-                    by = g.groupby("step")["accuracy"]
-                    mean, std = by.mean(), by.std().fillna(0.0)
-                    colour = POLICY_COLOURS[policy]
-                    ax.plot(
-                        mean.index,
-                        mean.values,
-                        color=colour,
-                        marker=grid.markers[scale],
-                        ms=3.5,
-                        lw=1.2,
-                        markevery=max(len(mean) // 8, 1),
-                    )
-                    if g["seed"].nunique() > 1:
-                        ax.fill_between(
-                            mean.index, (mean - std).values, (mean + std).values, color=colour, alpha=0.13, lw=0
-                        )
-                    base = g[g["step"] == 0]["accuracy"].mean()
-                    if base == base:
-                        ax.axhline(base, color=colour, ls="--", lw=0.8, alpha=0.6)
-            if missing and not len(cell):
-                ax.text(0.5, 0.5, "missing", transform=ax.transAxes, **MISSING)
-            elif missing:
-                ax.text(
-                    0.02,
-                    0.03,
-                    "missing: " + ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else ""),
-                    transform=ax.transAxes,
-                    ha="left",
-                    va="bottom",
-                    color="0.45",
-                    fontsize=6,
-                    style="italic",
-                )
+            cell = select(data.curves, workflow=wf, task=task)
+            _missing_note(ax, _curve_cell(ax, cell, grid, wf), cell_empty=not len(cell))
             if r == nr - 1:
                 ax.set_xlabel("training step")
                 ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))  # steps are whole numbers
@@ -112,7 +125,7 @@ def accuracy_curves(data: Data, grid: Grid) -> plt.Figure:
     fig.legend(
         handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0)
     )
-    fig.suptitle("Eval accuracy over training (mean over seeds, band: ±1 std; dashed: base model)", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
@@ -124,6 +137,8 @@ def _cells(grid: Grid, workflows: list[str]) -> list[tuple[str, str, str]]:
 # 2 -------------------------------------------------------------------------------------------------------------
 def peak_vs_terminal(data: Data, grid: Grid) -> plt.Figure:
     """Per cell a dumbbell from peak (filled) to terminal (open) accuracy, mean over seeds; Shared above Isolated."""
+    if not len(data.summary):
+        return empty_figure("Peak vs terminal accuracy per cell", NO_RUN)
     wfs = grid.workflows
     fig, axes = plt.subplots(
         1,
@@ -133,11 +148,7 @@ def peak_vs_terminal(data: Data, grid: Grid) -> plt.Figure:
         sharex=True,
     )
     s = data.summary
-    means = (
-        s.groupby(["workflow", "task", "scale", "policy"])[["peak_acc", "terminal_acc", "base_acc"]].mean()
-        if len(s)
-        else pd.DataFrame()
-    )
+    means = s.groupby(["workflow", "task", "scale", "policy"])[["peak_acc", "terminal_acc", "base_acc"]].mean()
     labels = [f"{t} / {sc}" for t in grid.tasks for sc in grid.scales]
     for i, wf in enumerate(wfs):
         ax = axes[0][i]
@@ -206,14 +217,11 @@ def _heat(
 # 3 -------------------------------------------------------------------------------------------------------------
 def gain_heatmaps(data: Data, grid: Grid) -> plt.Figure:
     """Gain over base (peak, terminal), workflow x (task, scale), one panel per policy; mean over seeds."""
-    s = data.summary
-    means = (
-        s.groupby(["workflow", "task", "scale", "policy"])[["gain_peak", "gain_terminal"]].mean()
-        if len(s)
-        else pd.DataFrame()
-    )
+    if not len(data.summary):
+        return empty_figure("Gain over the base model", NO_RUN)
+    means = data.summary.groupby(["workflow", "task", "scale", "policy"])[["gain_peak", "gain_terminal"]].mean()
     cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
-    vals = means.to_numpy().ravel() if len(means) else np.array([0.1])
+    vals = means.to_numpy().ravel()
     vmax = max(float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 0.1, 0.01)
     fig, axes = plt.subplots(
         2,
@@ -242,8 +250,10 @@ def gain_heatmaps(data: Data, grid: Grid) -> plt.Figure:
 # 4 -------------------------------------------------------------------------------------------------------------
 def cliffs(data: Data, grid: Grid) -> plt.Figure:
     """Cliff incidence (fraction of seeds) per cell and policy; the cliff step (fraction of training) by workflow."""
+    if not len(data.summary):
+        return empty_figure("Cliffs: a drop from the peak sustained to the end", NO_RUN)
     s = data.summary
-    rate = s.groupby(["workflow", "task", "scale", "policy"])["cliff"].mean() if len(s) else pd.Series(dtype=float)
+    rate = s.groupby(["workflow", "task", "scale", "policy"])["cliff"].mean()
     cols = [(t, sc) for t in grid.tasks for sc in grid.scales]
     fig = plt.figure(
         figsize=(0.8 * len(cols) * len(grid.policies) + 5.0, 0.55 * len(grid.workflows) + 3.0), layout="constrained"
@@ -263,7 +273,7 @@ def cliffs(data: Data, grid: Grid) -> plt.Figure:
     heat_axes = list(fig.axes)
     fig.colorbar(im, ax=heat_axes, shrink=0.8, label="fraction of seeds with a cliff", location="bottom", aspect=40)
     ax = fig.add_subplot(gs[0, -1])
-    cl = s[s["cliff"].astype(bool)] if len(s) else s
+    cl = s[s["cliff"].astype(bool)]
     rng = np.random.default_rng(0)
     for i, wf in enumerate(grid.workflows):
         for policy in grid.policies:

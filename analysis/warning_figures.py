@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.empty_figure import empty_figure  # noqa: E402
 from analysis.figure_data import POLICY_COLOURS, Data, Grid  # noqa: E402
 from trainer.contract.rundir import EARLY_WARNING_DETECTORS  # noqa: E402
 
@@ -17,13 +18,18 @@ from trainer.contract.rundir import EARLY_WARNING_DETECTORS  # noqa: E402
 def early_warnings(data: Data, grid: Grid) -> plt.Figure:
     """Left: onset step minus cliff step per detector (left of the dashed line: warned before the cliff);
     right: onset steps on runs without a cliff. One dot per run and detector, coloured by policy."""
-    w = data.warnings if data.warnings is not None else None
+    w = data.warnings
+    if w is None or not len(w):
+        return empty_figure(
+            "Early warnings: first onset per run and detector",
+            "No early warning fired on any analysed run: no onset to draw.",
+        )
     fig, (ax_c, ax_n) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     y = {d: i for i, d in enumerate(EARLY_WARNING_DETECTORS)}
     jitter = np.random.default_rng(0)
     for ax, cliffed in ((ax_c, True), (ax_n, False)):
-        part = w[w["cliff_step"].notna() == cliffed] if w is not None and len(w) else None
-        if part is not None and len(part):
+        part = w[w["cliff_step"].notna() == cliffed]
+        if len(part):
             x = (part["step"] - part["cliff_step"]) if cliffed else part["step"]
             ys = part["detector"].map(y).to_numpy(dtype=float) + jitter.uniform(-0.15, 0.15, len(part))
             ax.scatter(x, ys, c=[POLICY_COLOURS.get(p, "0.4") for p in part["policy"]], s=18, alpha=0.8)
