@@ -75,7 +75,7 @@ def test_figures_render_with_missing_cells_and_a_corrupt_run(workdir):
         assert name in html, name
 
 
-def test_figures_with_no_finished_run_draw_every_cell_missing(workdir):
+def test_figures_with_no_finished_run_say_so(workdir):
     snakemake("figures", "--cores", "1", cwd=workdir)
     results = workdir / "results"
     for name in FIGURES:
