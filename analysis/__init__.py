@@ -6,6 +6,7 @@ As the data flows: `runs` reads and checks one run directory; `per_run` makes it
 (`summary`: vs single, seeds aggregated), the question tables (`tables`) and the claim tables (`claims`,
 `claim_signatures`, `claim_amplification`, statistics in `intervals`); `figures` renders them (with
 `figure_data`, `gradient_figures` and `claim_figures`).
-`names` holds what the Snakemake rules share; `__main__` is the CLI the rules call. Imports only
-`trainer.contract.rundir` (the run-directory contract) of the trainer.
+`names` holds what the Snakemake rules share; `__main__` is the CLI the rules call. Of the trainer it
+imports only `trainer.contract` (the run-directory contract) and `trainer.settings`; never `trainer.rl`
+or `trainer.sweep` (tests/test_package_layers.py).
 """

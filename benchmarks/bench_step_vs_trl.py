@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from tests.local_qwen3 import qwen3_tokenizer, real_scale_config, save_random_qwen3, small_vocab_tokenizer
-from trainer.rl.chat import chat_prompt
+from trainer.models.chat import chat_prompt
 
 RUN = "single-math-qwen3-0.6b-shared-s0"
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}

@@ -17,7 +17,7 @@ from trainer.sweep.config import (
     validate_config,
 )
 from trainer.sweep.launch import rerun_trigger_items
-from trainer.rl.preflight import check_matrix
+from trainer.sweep.preflight import check_matrix
 from trainer.sweep.gate import check_matrix as check_plan
 from trainer.sweep.prefetch import (
     dataset_config_names,

@@ -12,6 +12,7 @@ from tests.local_qwen3 import real_scale_config, save_random_qwen3, small_vocab_
 from trainer.contract.config import ConfigError
 from trainer.contract.runid import parse_run_id
 from trainer.rl import preflight
+from trainer.sweep import preflight as matrix_preflight
 from trainer.sweep.config import load_yaml, resolve_run_config
 
 RUN = "voting-math-qwen3-0.6b-isolated-s0"
@@ -86,6 +87,6 @@ def test_check_matrix_lists_every_run_that_cannot_start(no_vllm):
     config = copy.deepcopy(load_yaml(ROOT / "config.yaml"))
     config["training"]["generation_backend"] = "vllm"
     with pytest.raises(ConfigError) as e:
-        preflight.check_matrix(config)
+        matrix_preflight.check_matrix(config)
     lines = [x for x in str(e.value).splitlines() if "training.generation_backend" in x]
     assert len(lines) == 14  # the demo matrix's runs, each named

@@ -95,7 +95,7 @@ def test_warm_start_loss_is_the_completion_mean_and_the_prompt_weight_adds_promp
     import torch
 
     from trainer.models.base_model import warm_start
-    from trainer.rl.rollout import chat_prompt
+    from trainer.models.chat import chat_prompt
 
     arch = {
         **TINY_DEFAULTS,

@@ -16,9 +16,11 @@ import pytest
 from transformers.generation.utils import GenerationMixin
 
 from tests.local_qwen3 import small_vocab_tokenizer
+from trainer.contract.config import ConfigError
 from trainer.models.base_model import build_tiny_model
+from trainer.models.chat import chat_prompt
 from trainer.rl.policies import PolicySet
-from trainer.rl.rollout import ConfigError, HFGenerator, chat_prompt
+from trainer.rl.rollout import HFGenerator
 from trainer.settings import TrainingSettings, from_dict
 
 MAX_NEW = 6

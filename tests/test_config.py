@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
 from tests.conftest import ROOT
-from trainer.contract.config import ConfigError, changed_keys, config_hash
+from trainer import settings
+from trainer.contract.config import HASHED_WHEN_SET, ConfigError, changed_keys, config_hash
 from trainer.contract.runid import RunId, parse_run_id
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config, validate_config
 
@@ -130,6 +132,21 @@ def test_late_added_settings_enter_the_hash_only_when_set(config):
     b = copy.deepcopy(a)
     b["training"]["early_warning"]["window"] = 7
     assert changed_keys(a, b) == ["training.early_warning"]
+
+
+def test_the_hash_leaves_out_each_late_added_setting_at_its_typed_default():
+    """The contract's HASHED_WHEN_SET names training settings, each at the value the typed settings take
+    when the key is absent (a nested setting: each field the contract names at its default), so that a run
+    config with or without the key hashes the same. A default changed in trainer/settings.py fails here:
+    it would change what finished runs computed under the same hash."""
+    fields = {f.name for f in dataclasses.fields(settings.TrainingSettings)}
+    assert set(HASHED_WHEN_SET) <= fields
+    for key, value in HASHED_WHEN_SET.items():
+        default = settings.default_of(settings.TrainingSettings, key)
+        if dataclasses.is_dataclass(default):
+            default = {k: v for k, v in dataclasses.asdict(default).items() if k in value}
+            assert set(default) == set(value), f"training.{key}: {set(value) - set(default)} not typed settings"
+        assert value == default, f"training.{key}: the hash leaves out {value!r}, the typed default is {default!r}"
 
 
 def test_hash_covers_the_base_model_but_not_its_build_time(config):

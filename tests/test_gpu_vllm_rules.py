@@ -343,7 +343,7 @@ def test_hf_and_vllm_stop_at_the_same_tokens(tiny, monkeypatch, tmp_path) -> Non
     finally:
         hook.remove()
     assert c.completion_ids == [eot]
-    from trainer.rl.chat import stop_token_ids
+    from trainer.models.chat import stop_token_ids
     from trainer.rl.vllm_engine import VLLMGenerator
 
     assert set(stop_token_ids(tok, model)) == {im_end, eot}

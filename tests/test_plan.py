@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import ROOT, snakemake
+from trainer.models.size import STUDY_MODELS, parameter_count
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config
-from trainer.sweep.cost import STUDY_MODELS, parameter_count, predict_run, wall_time_s
+from trainer.sweep.cost import predict_run, wall_time_s
 from trainer.sweep.measured import find_rate, load_rates, record_rate, slug
 
 GPU = "NVIDIA H100 80GB HBM3"

@@ -11,8 +11,9 @@ import pytest
 
 from tests.conftest import ROOT, snakemake
 from trainer.contract.config import ConfigError
-from trainer.models.size import checkpoint_bytes, lora_parameters, run_disk
+from trainer.models.size import checkpoint_bytes, lora_parameters
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config
+from trainer.sweep.disk import run_disk
 from trainer.sweep.gate import assess, check_matrix
 from trainer.sweep.measured import load_rates
 

@@ -84,10 +84,20 @@ def run_is_done(done: dict[str, Any] | None, config: dict[str, Any] | None) -> b
 
 def _schemas() -> dict[str, pa.Schema]:
     """The parquet schemas (built on first use: see the note on imports)."""
+    return {
+        "TRAIN_SCHEMA": _train_schema(),
+        "EVAL_SCHEMA": _eval_schema(),
+        "SAMPLES_SCHEMA": _samples_schema(),
+        "WARNINGS_SCHEMA": _warnings_schema(),
+    }
+
+
+def _train_schema() -> pa.Schema:
+    """train.parquet's required columns."""
     import pyarrow as pa
 
     # One row per (step, role). grad_* are this role's contribution to its policy's gradient, pre-clip.
-    TRAIN_SCHEMA = pa.schema(
+    schema = pa.schema(
         [
             ("step", pa.int64()),
             ("role", pa.string()),
@@ -118,11 +128,15 @@ def _schemas() -> dict[str, pa.Schema]:
     # With training.vllm_importance_sampling_correction (vllm backend): importance_sampling_ratio_mean, _min,
     # _max, the role's TRL importance ratio over its completion tokens (sequences in the sequence_* modes),
     # as TRL logs sampling/importance_sampling_ratio/{mean,min,max}.
+    return schema
 
-    EVAL_SCHEMA = _eval_schema()
+
+def _samples_schema() -> pa.Schema:
+    """samples.parquet's columns."""
+    import pyarrow as pa
 
     # A bounded sample of whole episodes per eval: one row per turn.
-    SAMPLES_SCHEMA = pa.schema(
+    return pa.schema(
         [
             ("step", pa.int64()),
             ("split", pa.string()),
@@ -138,12 +152,6 @@ def _schemas() -> dict[str, pa.Schema]:
             ("correct", pa.bool_()),
         ]
     )
-    return {
-        "TRAIN_SCHEMA": TRAIN_SCHEMA,
-        "EVAL_SCHEMA": EVAL_SCHEMA,
-        "SAMPLES_SCHEMA": SAMPLES_SCHEMA,
-        "WARNINGS_SCHEMA": _warnings_schema(),
-    }
 
 
 def _eval_schema() -> pa.Schema:

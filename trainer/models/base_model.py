@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from trainer.contract.rundir import write_json_atomic
-from trainer.rl.rollout import chat_prompt
+from trainer.models.chat import chat_prompt
 from trainer.settings import TinySettings, from_dict
 
 

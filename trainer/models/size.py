@@ -1,27 +1,59 @@
-"""What a run writes to disk, before it runs: one checkpoint, the most its checkpoints hold at once, its logs.
+"""A model's size before it loads: its parameters, a LoRA adapter's, and one checkpoint's bytes.
 
 A checkpoint holds, per policy, the trained parameters (the LoRA adapter, or the whole model under
 `finetune: full`) in float32 twice (the policy's save_pretrained files, and state.pt's copy, which a
-resume loads bit for bit) and AdamW's two float32 moments of each. A run keeps `keep_last`
-checkpoints, writes the next one before it removes the oldest, and keeps the peak's policies beside
-them (no optimizer state): its peak disk use. Logs: the samples kept per eval (their text, ~4 bytes a
-token) and a few KiB of metrics per step and role.
+resume loads bit for bit) and AdamW's two float32 moments of each. The trainer checks the free disk
+against it before it writes one (trainer/rl/checkpoint_files.py); the plan and its gate read it too.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from trainer.sweep.cost import STUDY_MODELS, eval_count, parameter_count
 from trainer.workflows import workflow_class
 
 PARAM_BYTES = 4  # trained parameters in float32 (the policy's files; the peak keeps only these)
 STATE_BYTES = 4 + 8  # state.pt: the parameters again, and AdamW's exp_avg and exp_avg_sq, float32 each
-TEXT_BYTES_PER_TOKEN = 4
-METRIC_BYTES_PER_STEP_ROLE = 4096
 # a Qwen3-style layer's linear maps (in, out) in units of hidden, heads x head_dim, KV heads x head_dim, MLP size
 LINEAR_MAPS = (("h", "q"), ("h", "kv"), ("h", "kv"), ("q", "h"), ("h", "i"), ("h", "i"), ("i", "h"))
+# the published config.json shapes of the study's models (the plan needs their size without the hub)
+STUDY_MODELS = {
+    "Qwen/Qwen3-0.6B": {
+        "vocab_size": 151936,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Qwen/Qwen3-1.7B": {
+        "vocab_size": 151936,
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "Qwen/Qwen3-4B": {
+        "vocab_size": 151936,
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+}
+
+
+def parameter_count(shape: dict[str, Any]) -> int:
+    """Parameters of a Qwen3-style decoder of this shape (tied embeddings; norms left out)."""
+    h, heads = shape["hidden_size"], shape["num_attention_heads"]
+    head_dim = shape.get("head_dim") or h // heads
+    attention = 2 * h * heads * head_dim + 2 * h * shape["num_key_value_heads"] * head_dim
+    return shape["vocab_size"] * h + shape["num_hidden_layers"] * (attention + 3 * h * shape["intermediate_size"])
 
 
 def model_shape(scale: dict[str, Any]) -> dict[str, Any] | None:
@@ -79,22 +111,3 @@ def _shape_of(run_config: dict[str, Any]) -> dict[str, Any]:
             f"run {run_config.get('run')}: the size of model {spec!r} is unknown; pass its config.json shape"
         )
     return shape
-
-
-def run_disk(run_config: dict[str, Any], scale: dict[str, Any]) -> dict[str, float]:
-    """A run's checkpoint, peak-checkpoint-use and log bytes (NaN where the model's shape is unknown)."""
-    shape = model_shape(scale)
-    t = run_config["training"]
-    if shape is None:
-        return {"checkpoint_gb": math.nan, "disk_peak_gb": math.nan, "log_gb": math.nan}
-    one = checkpoint_bytes(run_config, shape)
-    peak_policies = one * PARAM_BYTES / (PARAM_BYTES + STATE_BYTES)
-    cls = workflow_class(run_config["workflow"], run_config["workflow_params"])
-    turns = cls.max_turns(run_config["workflow_params"])
-    samples = eval_count(t) * t["samples_per_eval"] * turns * t["max_completion_length"] * TEXT_BYTES_PER_TOKEN
-    metrics = t["max_steps"] * len(cls.roles) * METRIC_BYTES_PER_STEP_ROLE
-    return {
-        "checkpoint_gb": one / 1e9,
-        "disk_peak_gb": ((t["keep_last"] + 1) * one + peak_policies) / 1e9,
-        "log_gb": (samples + metrics) / 1e9,
-    }

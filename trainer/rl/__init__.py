@@ -5,8 +5,9 @@ per-role gradient recording (`update`), the GRPO loss, rewards and advantages (`
 and resume (`checkpoint`), data-parallel ranks (`distributed`), stopping on a signal (`stopping`),
 the role -> policy routing and the policies' adapters and optimizers (`policies`), rollout engines
 (`rollout`: HF, chunked; `vllm_engine`: the colocated vLLM engine; `weight_sync`: its verified sync
-and the training-inference mismatch; `chat`: the chat template).
-May import `trainer.settings`, `trainer.contract.rundir` (the files it writes), `trainer.sweep.config`
-(hashing), `trainer.rl.preflight` (a backend's errors before work), `trainer.workflows`,
-`trainer.tasks` and `trainer.models`; never `trainer.sweep.launch`.
+and the training-inference mismatch), a backend's errors before work (`preflight`) and a run's process
+count (`processes`).
+May import `trainer.contract` (the files it writes, the config hash), `trainer.settings`,
+`trainer.models`, `trainer.workflows` and `trainer.tasks`; never `trainer.sweep` (the launcher above it)
+nor `analysis` (tests/test_package_layers.py).
 """

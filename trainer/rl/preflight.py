@@ -4,8 +4,9 @@ What the config schema cannot see, because it depends on the environment or on t
 `training.generation_backend: vllm` where vLLM cannot be imported or is a CPU build on a node with
 CUDA GPUs, a LoRA rank above `training.vllm.max_lora_rank`, a `training.vllm.tensor_parallel_size`
 above the job's GPUs.
-`check_matrix` runs in Snakemake's process (rules/common.smk) over every run of the matrix;
-`check_run` runs in the job before the model loads (the job's environment may differ).
+`check_run` runs in the job before the model loads (the job's environment may differ);
+trainer.sweep.preflight.check_matrix makes the same checks in Snakemake's process (rules/common.smk)
+over every run of the matrix.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 
 from trainer.contract.config import ConfigError
 from trainer.settings import ResourceSettings, TrainingSettings, VllmSettings, from_dict
-from trainer.sweep.config import expand_matrix, resolve_run_config
 
 # the LoRA ranks vLLM accepts as max_lora_rank (vllm.config.lora.MaxLoRARanks); an adapter of rank r
 # is served with the smallest of them >= r
@@ -121,13 +121,3 @@ def check_run(run_config: dict[str, Any]) -> None:
     problems = run_problems(run_config)
     if problems:
         raise ConfigError(f"run {run_config['run']}: " + "; ".join(problems))
-
-
-def check_matrix(config: dict[str, Any]) -> None:
-    """Raise ConfigError listing every run of the matrix whose rollout backend cannot start."""
-    lines = []
-    for run in expand_matrix(config):
-        rc = resolve_run_config(config, run)
-        lines += [f"run {run}: {p}" for p in run_problems(rc)]
-    if lines:
-        raise ConfigError("rollout backend cannot start:\n  " + "\n  ".join(lines))

@@ -13,10 +13,7 @@ import torch
 
 from trainer.contract.config import ConfigError
 from trainer.models import memory
-from trainer.rl.chat import (
-    chat_prompt,  # noqa: F401  (re-exported: base_model and tests import it here)
-    stop_token_ids,
-)
+from trainer.models.chat import chat_prompt, stop_token_ids
 from trainer.rl.policies import PolicySet
 from trainer.workflows import Completion
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from trainer.rl.chat import chat_prompt, stop_token_ids
+from trainer.models.chat import chat_prompt, stop_token_ids
 from trainer.rl.distributed import Ranks, device_index, rank_seed
 from trainer.rl.policies import PolicySet
 from trainer.rl.preflight import served_lora_rank, vllm_settings

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from trainer.rl.chat import chat_prompt
+from trainer.models.chat import chat_prompt
 from trainer.rl.distributed import Ranks
 from trainer.rl.policies import PolicySet
 from trainer.rl.update import Row, collate

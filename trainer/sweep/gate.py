@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from trainer.contract.config import ConfigError
-from trainer.models.size import model_shape
+from trainer.models.size import model_shape, parameter_count
 from trainer.rl.processes import world_size_of
 from trainer.sweep.config import expand_matrix, resolve_run_config
 from trainer.sweep.cost import (
@@ -32,7 +32,6 @@ from trainer.sweep.cost import (
     eval_chunk_episodes,
     eval_count,
     eval_episodes,
-    parameter_count,
     predict_run,
     rate_for,
     split_problems,

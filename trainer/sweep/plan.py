@@ -8,7 +8,7 @@ time from train.parquet) and predicted over actual, and the eval splits whose si
 predicted seconds (`eval_one_s`), one eval's and one step's lower bounds at the device's peak
 (`eval_bound_s`, `step_bound_s`), `time_min`, and the verdict at submission (`gate`: ok, warn or refuse,
 `gate_reason`); the GiB a process holds at its update (`memory_gib`: weights, optimizer state, one
-micro-batch, trainer/models/memory.py); disk (trainer/models/size.py): one checkpoint, the checkpoints' peak and the logs, in GB.
+micro-batch, trainer/models/memory.py); disk (trainer/sweep/disk.py): one checkpoint, the checkpoints' peak and the logs, in GB.
 Written to results/plan.csv.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 
 from trainer.contract import rundir
-from trainer.models.size import run_disk
 from trainer.sweep.config import expand_matrix, resolve_run_config
 from trainer.sweep.cost import ASSUMED_EVAL_PROBLEMS, assumed_splits, wall_time_s
+from trainer.sweep.disk import run_disk
 from trainer.sweep.gate import assess
 from trainer.sweep.measured import cpu_name, load_rates
 
@@ -200,7 +200,7 @@ def disk_lines(df: pd.DataFrame) -> list[str]:
     if df["checkpoint_gb"].isna().all():
         return []
     return [
-        f"disk (trainer/models/size.py): one checkpoint up to {df['checkpoint_gb'].max():.2f} GB, a run's "
+        f"disk (trainer/sweep/disk.py): one checkpoint up to {df['checkpoint_gb'].max():.2f} GB, a run's "
         f"checkpoints at most {df['disk_peak_gb'].max():.2f} GB and its logs {df['log_gb'].max():.2f} GB; "
         f"in total {df['disk_peak_gb'].sum():.1f} GB of checkpoints and {df['log_gb'].sum():.1f} GB of logs "
         f"under results/ (`python -m trainer clean` removes superseded state)"

@@ -9,9 +9,9 @@ Owns: episode types (`episode`), output parsers (`parsers`), the base class, pro
 and scoring (`base`, prompts/*.yaml), the registry (`registry`) and one module per
 workflow (`single`, `eval_opt`, `voting`, `orch_workers`). Adding a workflow is one module with
 a `@register`ed class plus its `workflows:` entry in config.yaml; one outside this package is
-named there by `module:` (see `registry`). May import `trainer.tasks` and the sweep's contract
-modules `trainer.contract.runid` and `trainer.contract.rundir`; never `trainer.sweep.config` or the
-rest of the sweep, which imports this package (for names, roles and a run's cost).
+named there by `module:` (see `registry`). May import `trainer.contract`, `trainer.settings` and
+`trainer.tasks`; never `trainer.models`, `trainer.rl` or `trainer.sweep`, which import this package
+(for names, roles and a run's cost; tests/test_package_layers.py).
 """
 
 from trainer.workflows.base import (
