@@ -1,6 +1,6 @@
 """Getting back when the orchestrator dies (issue 25): a local `snakemake` SIGKILLed with its whole process
 group after the run's first checkpoint leaves a stale lock; `python -m trainer status` names it and the
-command that clears it; the README's commands (`snakemake --unlock`, then the same command) resume the
+command that clears it; docs/cluster.md's commands (`snakemake --unlock`, then the same command) resume the
 run, whose train and eval logs then equal an uninterrupted run's (time columns aside)."""
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_killed_snakemake_leaves_a_lock_status_names_it_and_the_documented_comma
     again = snakemake(*SWEEP, cwd=d, check=False)
     assert again.returncode != 0 and "cannot be locked" in again.stdout + again.stderr  # what a user meets first
 
-    snakemake("--configfile", "one.yaml", "--unlock", cwd=d)  # the README's restart commands
+    snakemake("--configfile", "one.yaml", "--unlock", cwd=d)  # docs/cluster.md's restart commands
     assert "STALE LOCK" not in status_text(d)
     resumed = snakemake(*SWEEP, cwd=d)
     train_log = (d / "results" / "logs" / "train" / f"{RUN}.log").read_text()
