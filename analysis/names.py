@@ -90,7 +90,7 @@ def has_variants(df) -> bool:
 
 def as_written(df):
     """A table (pandas) as the analysis writes it: without a `variant` column where no row has a variant, so a
-    matrix without variants writes the files it wrote before variants existed."""
+    matrix without variants writes tables without the axis."""
     return df.drop(columns="variant") if "variant" in df and not has_variants(df) else df
 
 

@@ -88,7 +88,7 @@ def plan_chunks(
         else:
             chunks.append([i])
     # rows in input order within a chunk: a stage that fits in one chunk is the unchunked call itself
-    # (the same rows in the same order draw the same samples as before chunking existed)
+    # (the same rows in the same order draw the same samples as one `generate` over them all)
     return [sorted(c) for c in chunks]
 
 

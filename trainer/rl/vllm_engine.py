@@ -18,7 +18,7 @@ mode: `engine_arguments` (a pure function, tested per rank on CPU) gives each ra
 instead of taking local rank 0 and cuda:0), a seed of its own, and `engine_environment` its RANK,
 LOCAL_RANK (the GPU it sees, distributed.device_index) and WORLD_SIZE; every rank waits for the
 others' engines before going on. One process keeps vLLM's default in-process executor (what the CPU
-CI runs). Tensor parallelism needs engine subgroups that do not exist yet: preflight refuses
+CI runs). Tensor parallelism needs engine subgroups, which the trainer does not build: preflight refuses
 `tensor_parallel_size > 1` (trainer.rl.preflight.tensor_parallel_problems). `enable_sleep_mode` sleeps the engine
 (level 1: weights to CPU memory, KV cache dropped) for the update and wakes it before the sync.
 Only a GPU shows vLLM itself doing this: the CPU tests check the arguments and the call order.
