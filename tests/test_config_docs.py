@@ -72,11 +72,11 @@ SMALL_SCHEMA = {
 
 
 def test_a_shared_block_is_one_section_linked_from_each_use() -> None:
-    page = config_docs.SchemaPage(SMALL_SCHEMA, {"matrix": "demo"}).build()
+    page = config_docs.SchemaPage(SMALL_SCHEMA).build()
     assert page.count("## resources") == 1
     assert "Used at `scales.<name>.resources`, `launcher.resources`." in page
-    assert "| `gpus` | integer (>= 0) | `1` |  | GPUs. |" in page
-    assert '| `matrix` | string |  | `"demo"` | The matrix to run. |' in page
+    assert "| `gpus` | integer (>= 0) | `1` | GPUs. |" in page
+    assert "| `matrix` | string |  | The matrix to run. |" in page
     assert "| `launcher.resources` | see [resources](#resources) |" in page
 
 
@@ -84,4 +84,4 @@ def test_a_description_cut_by_an_unquoted_comma_is_an_error() -> None:
     # YAML reads `{description: a, b}` as two keys: the description `a` and a key `b`
     schema = yaml.safe_load("properties:\n  x: {type: integer, description: Steps, at most.}\n")
     with pytest.raises(ValueError, match=r"properties\.x: 'at most\.' is no schema keyword"):
-        config_docs.SchemaPage(schema, {}).build()
+        config_docs.SchemaPage(schema).build()

@@ -6,8 +6,8 @@
 The schema (rules/config.schema.yaml) is the one home of a key's description, type, constraints and
 default; this module only lays it out. Each top-level section gets a table; a shared block of the
 schema (`$defs`: a job's resources, a data source, a task, the training settings) gets one table of
-its own, linked from every place that uses it. The `config.yaml` column shows the value config.yaml
-sets, so the page also says what the study runs.
+its own, linked from every place that uses it. The page depends on the schema alone: config.yaml's
+values (the study's settings) are in config.yaml.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "rules" / "config.schema.yaml"
-CONFIG = ROOT / "config.yaml"
 PAGE = ROOT / "docs" / "configuration.md"
 # how a named entry of a mapping is written in a key path: by the $def its names follow, else by its parent
 NAME_PLACEHOLDERS = {
@@ -61,15 +60,15 @@ config.yaml is the whole experiment, validated against the schema before any job
 key, a bad value or an unknown workflow, task or scale fails naming the key. Override any key on the
 command line (`snakemake --config 'training={learning_rate: 1.0e-5}'`), or per run with `overrides`;
 matrices, overrides and variants: [matrices.md](matrices.md). In the tables, `<scale>`, `<task>`,
-`<workflow>` and `<name>` stand for an entry's name and `[]` for a list's items; **default** is the
-schema's (where it has one) and **config.yaml** the value config.yaml sets, the study's setting (the
-demo's come from `overrides`).
+`<workflow>` and `<name>` stand for an entry's name and `[]` for a list's items; a default is the
+schema's, where it has one. config.yaml's values are the study's settings (the demo's come from its
+`overrides`).
 """
 
 
 @dataclass
 class Section:
-    """One table of the page: its title, where it is used, its rows (key, type, default, config, description)."""
+    """One table of the page: its title, what it is, where it is used, its rows (key, type, default, description)."""
 
     title: str
     description: str = ""
@@ -108,12 +107,10 @@ def check_keywords(node: Any, where: str = "") -> None:
 class SchemaPage:
     """Walks the schema into sections of rows."""
 
-    def __init__(self, schema: dict[str, Any], config: dict[str, Any]) -> None:
-        self.schema, self.config = schema, config
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
         self.defs: dict[str, Any] = schema.get("$defs", {})
         self.sections: dict[str, Section] = {}
-        # a shared block that a top-level key names (`training`) shows config.yaml's values at that key
-        self.top_refs = {self.block_def(n): key for key, n in schema["properties"].items() if self.block_def(n)}
 
     def block_def(self, node: dict[str, Any]) -> str | None:
         """The shared $def block a node stands for: the $def it names, or the block that $def refines (allOf)."""
@@ -149,53 +146,41 @@ class SchemaPage:
             if k in target
         ]
         text += f" ({', '.join(limits)})" if limits else ""
-        if kinds == "array" and "items" in target:
+        if "array" in (kinds if isinstance(kinds, list) else [kinds]) and "items" in target:
             text = text.replace("array", "list", 1) + f" of {self.type_of(target['items'])}"
         return text
 
-    def config_value(self, path: list[str]) -> str:
-        """The value config.yaml sets at a key path ('' where it sets none or the path has a placeholder)."""
-        value: Any = self.config
-        for key in path:
-            if not isinstance(value, dict) or key not in value:
-                return ""
-            value = value[key]
-        if isinstance(value, dict | list) and len(json.dumps(value)) > 40:
-            return "(set)"
-        return f"`{json.dumps(value)}`"
-
-    def add(self, section: Section, key: str, node: dict[str, Any], path: list[str] | None, link: str = "") -> None:
-        """One row; `path` is the key path in config.yaml (None inside a shared block)."""
+    def add(self, section: Section, key: str, node: dict[str, Any], link: str = "") -> None:
+        """One row: the key, its type (or the section of the block it is), its default and description."""
         description = " ".join(str(node.get("description", self.resolve(node).get("description", ""))).split())
         default = f"`{json.dumps(node['default'])}`" if "default" in node else ""
         kind = f"see [{link}](#{link.lower()})" if link else self.type_of(node)
-        value = self.config_value(path) if path is not None and not link else ""
-        section.rows.append((f"`{key}`", kind, default, value, description))
+        section.rows.append((f"`{key}`", kind, default, description))
 
-    def walk(self, section: Section, key: str, node: dict[str, Any], path: list[str] | None) -> None:
+    def walk(self, section: Section, key: str, node: dict[str, Any]) -> None:
         """Rows for `node` at `key` and, for a block, its keys below it; a shared $def block gets its own section."""
         name = self.block_def(node)
         if node.get("$ref", "").startswith("#/properties/"):  # a top-level key's block: its own section
-            self.add(section, key, node, path, link=node["$ref"].rsplit("/", 1)[-1])
+            self.add(section, key, node, link=node["$ref"].rsplit("/", 1)[-1])
             return
         if name is not None:
-            self.add(section, key, node, path, link=name)
-            where = f"`{'.'.join(path)}`" if path is not None else f"`{key}`"
+            self.add(section, key, node, link=name)
+            where = f"`{key}`"
             if section.title in self.defs:  # a key inside another shared block: name the block
                 where += f" of [{section.title}](#{section.title})"
             self.shared(name).used_at.append(where)
             return
         target = self.resolve(node)
-        self.add(section, key, node, path)
+        self.add(section, key, node)
         for child, sub in target.get("properties", {}).items():
-            self.walk(section, f"{key}.{child}", sub, None if path is None else [*path, child])
+            self.walk(section, f"{key}.{child}", sub)
         entries = target.get("additionalProperties")
         if isinstance(entries, dict) and (_is_block(self.resolve(entries)) or self.block_def(entries)):
             names = _ref_name(target.get("propertyNames", {})) or key.rsplit(".", 1)[-1]
-            self.walk(section, f"{key}.{NAME_PLACEHOLDERS.get(names, '<name>')}", entries, None)
+            self.walk(section, f"{key}.{NAME_PLACEHOLDERS.get(names, '<name>')}", entries)
         items = target.get("items")
         if isinstance(items, dict) and (_is_block(self.resolve(items)) or self.block_def(items)):
-            self.walk(section, f"{key}[]", items, None)
+            self.walk(section, f"{key}[]", items)
 
     def shared(self, name: str) -> Section:
         """The section of a shared $def block, filled on first use."""
@@ -205,9 +190,8 @@ class SchemaPage:
                 self.resolve(n).get("description", "") for n in block.get("allOf", [])
             ]
             section = self.sections[name] = Section(name, " ".join(" ".join(notes).split()))
-            top = self.top_refs.get(name)
-            for child, sub in self.defs[name]["properties"].items():
-                self.walk(section, child, sub, None if top is None else [top, child])
+            for child, sub in block["properties"].items():
+                self.walk(section, child, sub)
         return self.sections[name]
 
     def build(self) -> str:
@@ -218,15 +202,13 @@ class SchemaPage:
         order = ["Top level"]
         for key, node in self.schema["properties"].items():
             name = self.block_def(node)
-            if name is not None:
-                self.walk(top, key, node, [key])
-                order.append(name)
-            elif node.get("type") in ("object", "array"):
-                section = self.sections[key] = Section(key)
-                self.walk(section, key, node, [key])
+            if name is None and node.get("type") in ("object", "array"):
+                self.sections[key] = Section(key)
+                self.walk(self.sections[key], key, node)
                 order.append(key)
             else:
-                self.walk(top, key, node, [key])
+                self.walk(top, key, node)
+                order += [name] if name else []
         order += [name for name in self.sections if name not in order]
         return INTRO + "".join(_render(self.sections[name]) for name in order)
 
@@ -239,16 +221,14 @@ def _render(section: Section) -> str:
     """A section as Markdown: its heading, where it is used, its table."""
     about = f"{section.description}\n\n" if section.description else ""
     used = f"Used at {', '.join(section.used_at)}.\n\n" if section.used_at else ""
-    head = "| key | type | default | config.yaml | description |\n| --- | --- | --- | --- | --- |\n"
+    head = "| key | type | default | description |\n| --- | --- | --- | --- |\n"
     rows = "".join("| " + " | ".join(_cell(c) for c in row) + " |\n" for row in section.rows)
     return f"\n## {section.title}\n\n{about}{used}{head}{rows}"
 
 
-def render_page(schema_path: Path = SCHEMA, config_path: Path = CONFIG) -> str:
-    """The configuration page of a schema and a config file."""
-    schema = yaml.safe_load(schema_path.read_text())
-    config = yaml.safe_load(config_path.read_text())
-    return re.sub(r"\n{3,}", "\n\n", SchemaPage(schema, config).build())
+def render_page(schema_path: Path = SCHEMA) -> str:
+    """The configuration page of a schema file."""
+    return re.sub(r"\n{3,}", "\n\n", SchemaPage(yaml.safe_load(schema_path.read_text())).build())
 
 
 def main(argv: list[str] | None = None) -> int:
