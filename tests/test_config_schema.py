@@ -1,14 +1,15 @@
-"""The schema constrains every leaf, and it names the same keys as the typed settings (no drift).
+"""rules/config.schema.yaml is generated from the typed settings (trainer/settings/schema.py), and a
+difference in any setting's default, type, help or constraint between the two fails here, naming it.
 
-The schema stays hand-written YAML (Snakemake validates config.yaml against it, and its per-source
-if/then and cross-reference rules read best there); these tests tie it to trainer/settings.py and
-analysis/settings.py instead of deriving one from the other.
+Also: the schema constrains every leaf, every setting has help, and config.yaml's runs read into settings.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,83 @@ import pytest
 
 from analysis.settings import AnalysisSettings
 from trainer import settings as ts
+from trainer.settings import schema
 from trainer.sweep.config import expand_matrix, load_config, load_yaml, resolve_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
+SCHEMA_PATH = ROOT / "rules" / "config.schema.yaml"
+SCHEMA = load_yaml(SCHEMA_PATH)
 CONSTRAINTS = ("type", "enum", "const", "$ref", "oneOf", "anyOf", "allOf")
 CONTAINERS = ("properties", "additionalProperties", "items", "$defs", "allOf", "oneOf", "anyOf", "then", "else")
+
+
+def test_committed_schema_is_the_generated_one() -> None:
+    """Each setting's default, type, help (`description`) and constraints in the committed schema are those of
+    its typed field; the text too (run `python -m trainer.settings.schema` after changing a setting)."""
+    generated = schema.generate()
+    problems = schema.differences(SCHEMA, generated)
+    assert not problems, (
+        "rules/config.schema.yaml differs from the typed settings (run `python -m trainer.settings.schema`):\n"
+        + "\n".join(problems)
+    )
+    diff = schema.text_differences(SCHEMA_PATH.read_text(), schema.render(generated))
+    assert not diff, (
+        "rules/config.schema.yaml is not formatted as generated (run `python -m trainer.settings.schema`):\n"
+        + "\n".join(diff[:40])
+    )
+
+
+@dataclass(frozen=True)
+class _Committed:
+    """A settings class as the committed schema was generated from."""
+
+    rate: float = ts.setting(1e-6, "AdamW learning rate.", gt=0)
+    steps: int = ts.setting(300, "Training steps.", ge=1)
+    backend: str = ts.setting("hf", "Rollout backend.", choices=("hf", "vllm"))
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """A settings class as the typed settings now have it."""
+
+    rate: float = ts.setting(2e-5, "AdamW learning rate.", gt=0)  # another default
+    steps: float = ts.setting(300.0, "Training steps (at most).", ge=1)  # another type and help
+    backend: str = ts.setting("hf", "Rollout backend.", choices=("hf", "vllm", "sglang"))  # another choice
+
+
+def test_differences_name_each_setting_that_differs() -> None:
+    """The check above can fail: a default, a type, a help text or a constraint that differs is named."""
+    found = schema.differences(schema.class_schema(_Committed), schema.class_schema(_Typed))
+    assert found[1:] == [
+        "properties.rate.default: committed 1e-06, generated 2e-05",
+        "properties.steps.type: committed 'integer', generated 'number'",
+        "properties.steps.default: committed 300, generated 300.0",
+        "properties.steps.description: committed 'Training steps.', generated 'Training steps (at most).'",
+        "properties.backend.enum: committed ['hf', 'vllm'], generated ['hf', 'vllm', 'sglang']",
+    ], found
+    assert found[0].startswith("description: committed 'A settings class as the committed schema")
+    assert schema.differences(schema.class_schema(_Typed), schema.class_schema(_Typed)) == []
+
+
+def test_a_changed_setting_in_the_committed_schema_fails_the_check(tmp_path: Path) -> None:
+    """`python -m trainer.settings.schema --check` passes the committed file and fails one with a changed default."""
+    assert schema.main(["--check"]) == 0
+    changed = copy.deepcopy(schema.generate())
+    changed["$defs"]["training"]["properties"]["learning_rate"]["default"] = 1e-6
+    path = tmp_path / "config.schema.yaml"
+    path.write_text(schema.render(changed))
+    assert schema.main(["--check", "--out", str(path)]) == 1
+    assert schema.differences(changed, schema.generate()) == [
+        "$defs.training.properties.learning_rate.default: committed 1e-06, generated 2e-05"
+    ]
+
+
+def test_a_value_outside_its_choices_is_refused_naming_it() -> None:
+    """The choices the schema lists are the ones the typed settings accept (one definition)."""
+    with pytest.raises(ts.SettingsError, match=r"training.generation_backend: 'sglang' is not one of hf, vllm"):
+        ts.from_dict(ts.TrainingSettings, {"generation_backend": "sglang"}, "training")
+    generated = SCHEMA["$defs"]["training"]["properties"]["generation_backend"]["enum"]
+    assert generated == list(ts.GENERATION_BACKENDS)
 
 
 def leaves(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -53,70 +125,16 @@ def test_every_leaf_has_a_constraint() -> None:
 
 def test_the_walker_finds_a_bare_leaf() -> None:
     """The check above can fail: a description-only leaf is reported."""
-    schema = {"properties": {"seeds": {"description": "Seeds., type: array, items: {type: integer}"}}}
-    assert [p for p, s in leaves(schema, "") if not any(k in s for k in CONSTRAINTS)] == [".seeds"]
-
-
-def _props(*path: str) -> set[str]:
-    node: Any = SCHEMA
-    for key in path:
-        node = node[key]
-    return set(node["properties"])
-
-
-def _fields(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
-
-
-@pytest.mark.parametrize(
-    "schema_path, cls",
-    [
-        (("$defs", "training"), ts.TrainingSettings),
-        (("$defs", "training", "properties", "lora"), ts.LoraSettings),
-        (("$defs", "resources"), ts.ResourceSettings),
-        (("$defs", "data_source"), ts.SourceSettings),
-        (("$defs", "task"), ts.TaskSettings),
-        (("properties", "launcher"), ts.LauncherSettings),
-        (("properties", "workflows", "additionalProperties"), ts.WorkflowSettings),
-        (("properties", "analysis"), AnalysisSettings),
-        (("properties", "scales", "additionalProperties", "properties", "tiny"), ts.TinySettings),
-    ],
-    ids=lambda x: x.__name__ if isinstance(x, type) else ".".join(x),
-)
-def test_schema_and_settings_name_the_same_keys(schema_path: tuple[str, ...], cls: type) -> None:
-    """A key added to one and not the other fails here, naming it."""
-    schema, fields = _props(*schema_path), _fields(cls)
-    assert schema - fields == set(), f"in the schema only: {sorted(schema - fields)}"
-    assert fields - schema == set(), f"in {cls.__name__} only: {sorted(fields - schema)}"
+    node = {"properties": {"seeds": {"description": "Seeds., type: array, items: {type: integer}"}}}
+    assert [p for p, s in leaves(node, "") if not any(k in s for k in CONSTRAINTS)] == [".seeds"]
 
 
 def test_every_setting_has_help() -> None:
-    for cls in (
-        ts.TrainingSettings,
-        ts.LoraSettings,
-        ts.ResourceSettings,
-        ts.LauncherSettings,
-        ts.WorkflowSettings,
-        ts.SourceSettings,
-        ts.TaskSettings,
-        ts.ModelSettings,
-        ts.TinySettings,
-        ts.RunSettings,
-        AnalysisSettings,
-    ):
+    classes = [getattr(ts, name) for name in ts.__all__ if dataclasses.is_dataclass(getattr(ts, name))]
+    assert len(classes) >= 12
+    for cls in [*classes, AnalysisSettings]:
         missing = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("help")]
         assert not missing, f"{cls.__name__}: fields without help: {missing}"
-
-
-def test_source_types_agree() -> None:
-    """The schema's per-source rules (source_fields) and settings.SOURCE_FIELDS are the same table."""
-    rules = {}
-    for rule in SCHEMA["$defs"]["source_fields"]["allOf"]:
-        kind = rule["if"]["properties"]["source"]["const"]
-        takes = set(rule["then"]["propertyNames"]["enum"]) - set(ts.COMMON_SOURCE_FIELDS)
-        rules[kind] = (set(rule["then"].get("required", [])), takes)
-    assert rules == {k: (set(need), set(take)) for k, (need, take) in ts.SOURCE_FIELDS.items()}
-    assert set(SCHEMA["$defs"]["data_source"]["properties"]["source"]["enum"]) == set(ts.SOURCE_FIELDS)
 
 
 def test_every_run_of_config_yaml_reads_into_settings() -> None:
