@@ -144,8 +144,8 @@ def summary(df: pd.DataFrame, parallel: int) -> str:
             step_s=("step_s", "mean"),
             eval_one_h=("eval_one_s", lambda s: s.mean() / 3600),
             disk_peak_gb=("disk_peak_gb", lambda s: s.sum(min_count=1)),
-            not_fitting=("fits", lambda s: int((not s).sum())),
-        )  # noqa: E712
+            not_fitting=("fits", lambda s: int((s == False).sum())),  # noqa: E712 (a Series, element-wise)
+        )
         lines += [f"per {by}:", g.to_string(float_format=lambda v: f"{v:.2f}"), ""]
     for scale, g in df.groupby("scale", sort=False):
         sources = sorted(set(g["source"]))
