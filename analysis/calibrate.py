@@ -47,6 +47,7 @@ class Case:
     eval_every: float
     cliff_step: float  # NaN: a healthy run
     roles: list[tuple[str, pd.DataFrame]]  # early_warning.role_frames of its train.parquet
+    first_step: float  # its first train step: a cliff whose deadline comes before it cannot be warned in time
 
     @property
     def cliff(self) -> bool:
@@ -87,6 +88,7 @@ def load_case(run_dir: str | Path, analysis: AnalysisSettings) -> Case:
         eval_every=float(config["training"].get("eval_every", 1)),
         cliff_step=float(curve["cliff_step"]),
         roles=ew.role_frames(train),
+        first_step=float(train["step"].min()) if len(train) else math.inf,
     )
 
 
@@ -211,12 +213,13 @@ def judge(
     seed: int = 0,
 ) -> dict[str, Any]:
     """A detector at `threshold` judged on `cases`: recall, false-alarm rate and median lead with intervals."""
-    warned, n_cliff, alarms, n_healthy, onsets = [], 0, 0, 0, 0
+    warned, n_cliff, reachable, alarms, n_healthy, onsets = [], 0, 0, 0, 0, 0
     for case, sig in zip(cases, signals):
         per_role = sig.get(detector.name, []) if math.isfinite(threshold) else []
         first = first_firing(per_role, threshold, detector.above)
         if case.cliff:
             n_cliff += 1
+            reachable += case.deadline(min_lead_evals) >= case.first_step
             if first <= case.deadline(min_lead_evals):
                 warned.append((case.cliff_step - first, case.eval_every))
         else:
@@ -232,6 +235,7 @@ def judge(
     return {
         "warned": len(warned),
         "n_cliffs": n_cliff,
+        "n_cliffs_reachable": reachable,
         "recall": len(warned) / n_cliff if n_cliff else math.nan,
         "recall_lo": rec_lo,
         "recall_hi": rec_hi,

@@ -105,6 +105,13 @@ def verdict(table: pd.DataFrame, goal: Goal) -> str:
         f"Goal: >= {goal.recall:.0%} of held-out cliffs warned >= {goal.min_lead_evals:g} evals ahead with "
         f"<= {goal.false_alarm:.0%} of held-out healthy runs falsely warned."
     )
+    first = table.iloc[0]
+    n, r = int(first["n_cliffs"]), int(first["n_cliffs_reachable"])
+    if r < n:  # cliffs too early for any warning to come in time
+        head += (
+            f" {n - r} of the {n} held-out cliffs come less than {goal.min_lead_evals:g} evals after the first "
+            "train step: no warning can reach them in time."
+        )
     met = table[table["meets_goal"]]
     if met.empty:
         return f"{head} No detector meets the goal (intervals in the table)."

@@ -72,6 +72,9 @@ def calibration_figure(
     ax.set_xlabel("held-out healthy runs falsely warned (share)")
     ax.set_ylabel(f"held-out cliffs warned >= {lead_evals:g} evals ahead (share)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="95% Wilson intervals", title_fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(
+            fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="95% Wilson intervals", title_fontsize=7
+        )
     fig.tight_layout()
     return fig

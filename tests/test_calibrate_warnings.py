@@ -139,6 +139,7 @@ def test_the_planted_detector_is_recovered_on_held_out_seeds(planted):
     _, table = planted
     surge = table.loc["length_surge"]
     assert surge["n_cliffs"] == 6 and surge["n_healthy"] == 6  # seeds 3-5: two cliffs and two healthy runs each
+    assert surge["n_cliffs_reachable"] == 6  # every deadline (step 20) after the first train step
     assert surge["recall"] == 1 and surge["false_alarm_rate"] == 0 and surge["meets_goal"]
     # onset within the trailing window's lag after the planted surge; in evals, the same over EVAL_EVERY
     assert LEAD - ew.DEFAULT_THRESHOLDS["window"] < surge["median_lead_steps"] <= LEAD
@@ -227,3 +228,16 @@ def test_bad_selections_are_errors_that_say_what_they_held(tmp_path):
     (tmp_path / cases[0].run / rundir.DONE_JSON).unlink()
     with pytest.raises(ValueError, match=f"{cases[0].run}: no done.json"):
         cal.load_case(tmp_path / cases[0].run, AnalysisSettings())
+
+
+def test_a_cliff_within_two_evals_of_the_start_counts_as_out_of_reach():
+    """A cliff at step 2 x eval_every has its deadline at step 0, before any train step: no detector can
+    warn it in time, and the verdict says how many held-out cliffs are so."""
+    from analysis.calibrate_warnings import verdict
+
+    early = cal.Case("a", {}, eval_every=4.0, cliff_step=8.0, roles=[], first_step=1.0)
+    late = cal.Case("b", {}, eval_every=4.0, cliff_step=12.0, roles=[], first_step=1.0)
+    judged = cal.judge([early, late], [{}, {}], ew.BY_NAME["kl"], 0.5, min_lead_evals=2)
+    assert judged["n_cliffs"] == 2 and judged["n_cliffs_reachable"] == 1 and judged["recall"] == 0
+    table = pd.DataFrame([{**judged, "detector": "kl", "meets_goal": False}])
+    assert "1 of the 2 held-out cliffs come less than 2 evals after the first train step" in verdict(table, Goal())
