@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import copy_workflow  # noqa: E402
 from tests.synthetic_logs import planted_run  # noqa: E402
+from tests.workflow import copy_workflow  # noqa: E402
 from trainer.sweep.config import expand_matrix, load_yaml  # noqa: E402
 
 TIMING = re.compile(r"^timing (\S+) ([0-9.]+)s$", re.MULTILINE)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.conftest import copy_workflow  # noqa: E402
+from tests.workflow import copy_workflow  # noqa: E402
 
 
 def run_demo(model_json: Path, dest: Path) -> tuple[Path, float]:

@@ -25,7 +25,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.conftest import copy_workflow  # noqa: E402
+from tests.workflow import copy_workflow  # noqa: E402
 
 BIN = Path(sys.executable).parent
 

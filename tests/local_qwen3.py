@@ -16,7 +16,7 @@ from typing import Any
 
 import transformers
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.contract.runid import parse_run_id
 from trainer.models.base_model import build_base_model, build_tiny_model, build_tokenizer, qwen3_tokenizer_dir
 from trainer.sweep.config import base_model_spec, load_yaml, resolve_run_config, validate_config

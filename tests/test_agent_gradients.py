@@ -1,4 +1,4 @@
-"""Per-agent gradients of parallel roles (issue 21, trainer/rl/agent_gradients.py).
+"""Per-agent gradients of parallel roles (trainer/rl/agent_gradients.py).
 
 On a tiny random Qwen3: with `training.agent_gradients`, each agent's gradient norm that the update
 records (voting's 3 voters, orch_workers' 3 workers; shared and isolated policies) equals a separate
@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.resilience import tiny_base_model, tiny_run_config
-from tests.test_distributed import RUN, SMALL, free_port, update_worker
+from tests.network import free_port
+from tests.runs import tiny_run_config
+from tests.test_distributed import RUN, SMALL, update_worker
 from tests.test_routing import VOCAB, make_trainer, separate_grads, separate_role_grad_norms, training
 from trainer.contract import rundir
 from trainer.rl import early_warning
@@ -198,19 +199,12 @@ def test_columns_keep_their_types_in_parquet_and_feed_the_amplification_warning(
     assert list(zip(amp["step"], amp["role"])) == [(3, "generator")] and float(amp["value"].iloc[0]) == 3.0
 
 
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory) -> Path:
-    return tiny_base_model(tmp_path_factory)
-
-
-def test_two_processes_record_the_one_process_agent_gradients(base_model: Path, tmp_path: Path) -> None:
+def test_two_processes_record_the_one_process_agent_gradients(base_model: dict, tmp_path: Path) -> None:
     """DDP (2 gloo processes, the rollouts of one): the per-agent sums are all-reduced, so every
     agent's norm, the index and the cosine are the one-process ones; the Trainer's rows carry the
     voters' instances (3 agents) and the aggregator is one agent."""
     run_dir, rows = tmp_path / RUN, tmp_path / "rows.pkl"
-    write_run_config(
-        tiny_run_config(RUN, {**SMALL, "agent_gradients": True}), json.loads(base_model.read_text()), run_dir
-    )
+    write_run_config(tiny_run_config(RUN, {**SMALL, "agent_gradients": True}), base_model, run_dir)
     results = {}
     for world in (1, 2):
         out = tmp_path / f"update-{world}.pt"
@@ -229,7 +223,7 @@ def test_two_processes_record_the_one_process_agent_gradients(base_model: Path, 
     assert one["generator"]["amplification_index"] > 1
 
 
-def test_a_run_logs_the_agent_columns_only_when_set(base_model: Path, tmp_path: Path) -> None:
+def test_a_run_logs_the_agent_columns_only_when_set(base_model: dict, tmp_path: Path) -> None:
     logs = {}
     for on in (False, True):
         run_dir = tmp_path / str(on) / RUN_ISOLATED
@@ -240,7 +234,7 @@ def test_a_run_logs_the_agent_columns_only_when_set(base_model: Path, tmp_path: 
             "eval_problems": 4,
             **({"agent_gradients": True} if on else {}),
         }
-        write_run_config(tiny_run_config(RUN_ISOLATED, training), json.loads(base_model.read_text()), run_dir)
+        write_run_config(tiny_run_config(RUN_ISOLATED, training), base_model, run_dir)
         Trainer(json.loads((run_dir / rundir.CONFIG_JSON).read_text()), run_dir, log=lambda msg: None).fit()
         logs[on] = pd.read_parquet(run_dir / rundir.TRAIN_PARQUET).set_index("role")
     assert not set(AGENT_COLUMNS) & set(logs[False].columns)

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 
 from analysis.names import FIGURE_FORMATS, FIGURES, TABLES
-from tests.conftest import snakemake
+from tests.workflow import snakemake
 from trainer.sweep.config import expand_matrix, load_yaml
 
 SEEDS = "seeds=[0,1]"

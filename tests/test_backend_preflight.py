@@ -1,4 +1,4 @@
-"""Errors before work (issue 18, must-show 5): a rollout backend that cannot start fails at
+"""Errors before work: a rollout backend that cannot start fails at
 `snakemake -n` and at job start before the model loads, naming the key and the run."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from tests.conftest import ROOT, snakemake
 from tests.local_qwen3 import real_scale_config, save_random_qwen3, small_vocab_tokenizer
+from tests.workflow import ROOT, snakemake
 from trainer.contract.config import ConfigError
 from trainer.contract.runid import parse_run_id
 from trainer.rl import preflight

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import snakemake
+from tests.workflow import snakemake
 
 Config = dict[str, Any]
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.models.base_model import build_tokenizer, check_completion_lengths, demonstrations, warm_start_lr_factor
 from trainer.settings import TinySettings
 from trainer.sweep.config import base_model_spec, load_yaml

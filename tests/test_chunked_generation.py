@@ -1,4 +1,4 @@
-"""A stage far over its KV-cache budget is generated in chunks (issue 18, must-show 1).
+"""A stage far over its KV-cache budget is generated in chunks.
 
 On a small random Qwen3 (LoRA policies, as a run has), greedy outputs of a chunked call equal the
 unchunked call's token for token and in input order; the number of chunks follows the budget; and

@@ -1,4 +1,4 @@
-"""`python -m trainer clean` (issue 36): superseded state of unfinished runs is removed (half-written, damaged
+"""`python -m trainer clean`: superseded state of unfinished runs is removed (half-written, damaged
 and surplus checkpoints, dead temporaries); a finished run and a run being trained are never touched."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.contract import rundir
 from trainer.sweep.clean import clean
 
@@ -64,7 +64,7 @@ def test_clean_command_lists_then_removes(tmp_path):
 
 
 def test_results_dir_puts_every_output_on_another_file_system(workdir, tmp_path):
-    from tests.conftest import snakemake
+    from tests.workflow import snakemake
 
     scratch = tmp_path / "scratch" / "results"
     out = snakemake("-n", "--config", f"results_dir={scratch}", f"hf_home={tmp_path / 'hf'}", cwd=workdir).stdout

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer import settings
 from trainer.contract.config import HASHED_WHEN_SET, ConfigError, changed_keys, config_hash
 from trainer.contract.runid import RunId, parse_run_id

@@ -6,30 +6,10 @@ import os
 import re
 import subprocess
 import sys
-from collections import Counter
 
 import pytest
 
-from tests.conftest import ROOT, snakemake
-from trainer.sweep.profiles import install_profile
-
-
-def train_runs(dry_run_output: str) -> Counter:
-    """run id -> number of `train` jobs in a dry-run's output."""
-    blocks = re.findall(r"^rule train:\n(.*?)(?=^\S|\Z)", dry_run_output, flags=re.MULTILINE | re.DOTALL)
-    return Counter(m for b in blocks for m in re.findall(r"wildcards: run=(\S+)", b))
-
-
-@pytest.fixture
-def slurm_profile_installed(tmp_path, monkeypatch):
-    """`--profile slurm` as a user has it after `python -m trainer install-profile` (in a private config dir)."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    import snakemake.common
-
-    monkeypatch.setattr(snakemake.common, "APPDIRS", None)
-    install_profile(ROOT, "slurm")
-    assert (tmp_path / "xdg" / "snakemake" / "slurm" / "profile.yaml").exists()
-    return tmp_path
+from tests.workflow import snakemake, train_runs
 
 
 def test_paper_matrix_is_126_train_jobs(slurm_profile_installed):

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.resilience import assert_same_logs, published_logs, tiny_base_model, tiny_run_config
+from tests.models import tiny_base_model
+from tests.resilience import assert_same_logs, published_logs
+from tests.runs import tiny_run_config
 from trainer.contract import rundir
 from trainer.contract.config import resume_conflict
 from trainer.models.size import checkpoint_bytes
@@ -115,7 +117,7 @@ def test_a_damaged_newest_checkpoint_is_moved_aside_and_the_run_resumes_from_the
 
 
 @pytest.mark.slow
-def test_checkpoints_without_a_manifest_still_resume(reference, tmp_path, capsys):
+def test_checkpoints_without_a_manifest_resume(reference, tmp_path, capsys):
     run_dir, step4 = crashed_copy(reference, tmp_path)
     for ckpt in rundir.checkpoints(run_dir / rundir.WORK_DIR):
         (ckpt / rundir.MANIFEST_JSON).unlink()

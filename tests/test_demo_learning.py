@@ -15,7 +15,8 @@ import json
 import pandas as pd
 import pytest
 
-from tests.resilience import tiny_base_model, tiny_run_config
+from tests.models import tiny_base_model
+from tests.runs import tiny_run_config
 from trainer.rl.run import run_training
 from trainer.sweep.launch import write_run_config
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from benchmarks import device_check, device_stand_ins
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 
 
 def test_rehearsal_runs_a_voting_step_on_gloo_with_the_gpu_image_only(tmp_path: Path) -> None:

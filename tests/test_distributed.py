@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import pickle
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +16,11 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import ROOT
-from tests.resilience import assert_same_logs, published_logs, tiny_base_model, tiny_run_config, trainer_env
+from tests.float_order import trainer_env
+from tests.network import free_port
+from tests.resilience import assert_same_logs, published_logs
+from tests.runs import tiny_run_config
+from tests.workflow import ROOT
 from trainer.contract import rundir
 from trainer.contract.config import ConfigError
 from trainer.rl.distributed import Ranks, shard_bounds
@@ -54,12 +56,6 @@ def test_world_size_from_resources() -> None:
         world_size_of({"gpus": 4, "processes": 2})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def update_worker(rank: int, world: int, run_dir: str, rows_path: str, out_path: str, port: int) -> None:
     """One rank: build the run's trainer, take the rollouts of `rows_path` (or make and save them
     when it does not exist: the one-process reference), update every policy on its share, and
@@ -89,14 +85,9 @@ def update_worker(rank: int, world: int, run_dir: str, rows_path: str, out_path:
         torch.distributed.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory) -> Path:
-    return tiny_base_model(tmp_path_factory)
-
-
-def test_two_process_update_equals_one_process_update(base_model: Path, tmp_path: Path) -> None:
+def test_two_process_update_equals_one_process_update(base_model: dict, tmp_path: Path) -> None:
     run_dir, rows = tmp_path / RUN, tmp_path / "rows.pkl"
-    write_run_config(tiny_run_config(RUN, SMALL), json.loads(base_model.read_text()), run_dir)
+    write_run_config(tiny_run_config(RUN, SMALL), base_model, run_dir)
     results = {}
     for world in (1, 2):
         out = tmp_path / f"update-{world}.pt"
@@ -143,11 +134,11 @@ def launch_two_processes(base_model: Path, run_dir: Path, timeout_s: float = 300
     return proc.stderr
 
 
-def test_two_process_run_is_deterministic_and_logs_once(base_model: Path, tmp_path: Path) -> None:
+def test_two_process_run_is_deterministic_and_logs_once(base_model_json: Path, tmp_path: Path) -> None:
     logs = []
     for name in ("a", "b"):
         run_dir = tmp_path / name / RUN
-        launch_two_processes(base_model, run_dir)
+        launch_two_processes(base_model_json, run_dir)
         task_logs = sorted((run_dir / rundir.WORK_DIR / "submitit").glob("*_log.err"))
         assert len(task_logs) == 2, task_logs  # one log per rank
         assert all("of 2 (gloo" in p.read_text() for p in task_logs)

@@ -176,7 +176,7 @@ def test_warnings_judged_against_cliffs():
 
 def test_planted_runs_judged_end_to_end(tmp_path):
     """benchmarks/bench_warnings.py: the trainer's detectors on planted runs, judged against their cliffs."""
-    from benchmarks.bench_warnings import judged_planted_runs
+    from tests.planted_warnings import judged_planted_runs
 
     table, n = judged_planted_runs(tmp_path, steps=200, seeds=1)
     table = table.set_index("detector")
@@ -197,7 +197,7 @@ def test_analyse_writes_the_early_warning_table_and_figure(tmp_path):
     from analysis.curves import DEFINITION_VERSIONS
     from analysis.figures import render_all
     from analysis.settings import AnalysisSettings
-    from benchmarks.bench_warnings import judged_planted_runs
+    from tests.planted_warnings import judged_planted_runs
 
     judged_planted_runs(tmp_path / "runs", steps=120, seeds=1)
     dirs = sorted((tmp_path / "runs").iterdir())

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from analysis.runs import load_run
-from tests.resilience import damaged_tiny_base_model, tiny_run_config
+from tests.models import damaged_tiny_base_model
+from tests.runs import tiny_run_config
 from trainer.contract import rundir
 from trainer.rl.run import run_training
 from trainer.rl.train import Trainer

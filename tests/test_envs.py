@@ -27,7 +27,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import ROOT, snakemake
+from tests.workflow import ROOT, snakemake
 
 LOCAL_PACKAGES = ("trainer", "analysis")
 # imported only to say that it is missing: the vLLM rollout backend is refused while it is not built

@@ -9,14 +9,14 @@ checkpoints the step and ends; the rerun counts its generate calls.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 
 import pytest
 
-from tests.resilience import assert_same_logs, published_logs, start_trainer, tiny_base_model, tiny_run_config, wait_for
+from tests.resilience import assert_same_logs, published_logs, start_trainer, wait_for
+from tests.runs import tiny_run_config
 from trainer.contract import rundir
 from trainer.rl import evaluation
 from trainer.rl.rollout import HFGenerator
@@ -34,11 +34,6 @@ SCHEDULE = {
     "samples_per_eval": 4,
 }
 CALLS_PER_CHUNK = 2
-
-
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory):
-    return json.loads(tiny_base_model(tmp_path_factory).read_text())
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
-"""Evaluation as the study scores it (issue 21, evalk): k sampled episodes per eval problem.
+"""Evaluation as the study scores it (evalk): k sampled episodes per eval problem.
 
 - planted episodes (a scripted policy answers each (problem, sample) right or wrong, scored by the real
   math task) give the accuracy, the spread of the k per-sample accuracies and pass@k worked out by hand;
-- k = 1 keeps what eval.parquet always held (pass_at_k = accuracy, one episode per problem);
+- k = 1: pass_at_k = accuracy, one episode per problem;
 - sharded over ranks (interleaved), a problem's k samples stay on one rank and the gathered order is the
   one-process one;
 - k > 1 with greedy eval is an error naming the key; `eval_problems: all`, globally and per split;
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.contract.config import ConfigError
 from trainer.rl.distributed import Ranks
 from trainer.rl.evaluation import eval_metrics, gather_problem_major, run_split, shard_problems
@@ -54,13 +54,6 @@ class Planted:
         return [Completion(text) for text in out]
 
 
-@pytest.fixture(scope="module")
-def math_task():
-    task = get_task("math", workers=1)
-    yield task
-    task.close()
-
-
 def planted_split(math_task, problems, plan, k, ranks=None):
     """run_split of the real single workflow under the planted policy (plan: problem-major flags)."""
     ranks = ranks or Ranks.single()
@@ -86,7 +79,7 @@ def test_planted_episodes_give_the_hand_computed_accuracy_spread_and_pass_at_k(m
     assert (row["n"], row["k"], row["n_episodes"]) == (4, K, 20)
 
 
-def test_one_sample_is_the_old_eval_row(math_task):
+def test_one_sample_is_one_episode_per_problem_and_pass_at_k_is_the_accuracy(math_task):
     plan = [1, 0, 1, 1]
     episodes = planted_split(math_task, P, plan, 1)
     row = eval_metrics([ep.correct for ep in episodes], 1)
@@ -218,13 +211,6 @@ def test_eval_problems_all_passes_the_schema_and_a_command_line_int_is_read_as_a
 E2E_RUN = "single-math-tiny-shared-s0"
 
 
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory):
-    from tests.resilience import tiny_base_model
-
-    return json.loads(tiny_base_model(tmp_path_factory).read_text())  # the session's shared model
-
-
 @pytest.mark.slow
 @pytest.mark.trajectory
 def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_model, monkeypatch):
@@ -236,7 +222,7 @@ def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_mo
     import pandas as pd
 
     import trainer.rl.train as train_module
-    from tests.resilience import tiny_run_config
+    from tests.runs import tiny_run_config
     from trainer.contract import rundir
     from trainer.sweep.launch import write_run_config
     from trainer.tasks.base import Score
@@ -381,8 +367,9 @@ def test_the_plan_multiplies_eval_cost_by_k_and_states_the_sizes_it_assumes(tmp_
     assert set(demo["eval_assumed"]) == {""}  # the demo's splits say their size
 
 
-def test_eval_rows_from_before_eval_samples_read_as_one_sample():
-    """A checkpoint's eval rows written before the k-sample columns (a run resumed across the upgrade)."""
+def test_eval_rows_without_the_sample_columns_read_as_one_sample():
+    """Eval rows without the k-sample columns (k, n_episodes, pass_at_k, accuracy_std) read as one sample per
+    problem."""
     from trainer.contract import rundir
 
     old = {"step": 0, "split": "s", "accuracy": 0.25, "n": 8, "final_answer_parse_rate": 1.0, "time_s": 1.0}

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, snakemake
-from tests.resilience import workflow_copy
+from tests.runs import workflow_copy
+from tests.workflow import PACKAGE_LINKS, ROOT, snakemake
 from trainer.contract import rundir
 from trainer.sweep.config import base_model_spec, load_yaml, validate_config
 from trainer.tasks import Problem, get_task
@@ -125,7 +125,7 @@ def sweep_dir(tmp_path_factory) -> Path:
     """A workflow copy that trained the new workflow's runs (`train_all`), then ran `snakemake figures`."""
     d = tmp_path_factory.mktemp("fifth_workflow")
     # this checkout's packages, and this module; the session's cached tiny model: no rebuild
-    workflow_copy(d, tmp_path_factory, ("trainer", "analysis", "benchmarks", "tests"))
+    workflow_copy(d, tmp_path_factory, (*PACKAGE_LINKS, "tests"))
     (d / "fifth.yaml").write_text(yaml.safe_dump(sweep_config()))
     snakemake("--configfile", "fifth.yaml", "--cores", "2", "train_all", cwd=d, timeout=600)
     snakemake("--configfile", "fifth.yaml", "--cores", "2", "figures", cwd=d, timeout=600)

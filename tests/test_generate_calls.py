@@ -145,7 +145,7 @@ def test_generate_calls_per_step_are_stages_times_policies(
 def test_generation_backend_key_picks_the_rollout_backend(model_dir, tmp_path, monkeypatch):
     """training.generation_backend: hf (config.yaml's default) gives HFGenerator; vllm, where the package
     is not importable, fails at trainer start with an error naming the key; other values fail validation."""
-    from tests.conftest import ROOT
+    from tests.workflow import ROOT
     from trainer.contract.config import ConfigError
     from trainer.rl import rollout
     from trainer.sweep.config import load_yaml, validate_config

@@ -18,18 +18,17 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import ROOT
+from tests.float_order import trainer_env
 from tests.resilience import (
     assert_nothing_partial,
     assert_same_logs,
     progress_step,
     published_logs,
     start_trainer,
-    tiny_base_model,
-    tiny_run_config,
-    trainer_env,
     wait_for,
 )
+from tests.runs import tiny_run_config
+from tests.workflow import ROOT
 from trainer.rl.run import run_training
 from trainer.sweep.launch import write_run_config
 
@@ -37,11 +36,6 @@ RUN = "voting-math-tiny-isolated-s0"
 SCHEDULE = {"max_steps": 6, "eval_every": 2, "save_every": 2, "keep_last": 2, "eval_problems": 12}
 PAUSE = {"TRAINER_TEST_PAUSE_AT": "checkpoint,publish", "TRAINER_TEST_PAUSE_S": "1.5"}
 STEP_TIMEOUT_S = 300  # generous: other tests may share the CPUs
-
-
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory):
-    return json.loads(tiny_base_model(tmp_path_factory).read_text())
 
 
 def status_of(results, run: str) -> dict:

@@ -18,8 +18,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, snakemake
-from tests.resilience import assert_same_logs, published_logs, trainer_env, workflow_copy
+from tests.float_order import trainer_env
+from tests.resilience import assert_same_logs, published_logs
+from tests.runs import workflow_copy
+from tests.workflow import ROOT, snakemake
 from trainer.contract import rundir
 from trainer.workflows import WORKFLOWS
 

@@ -1,4 +1,4 @@
-"""Getting back when the orchestrator dies (issue 25): a local `snakemake` SIGKILLed with its whole process
+"""Getting back when the orchestrator dies: a local `snakemake` SIGKILLed with its whole process
 group after the run's first checkpoint leaves a stale lock; `python -m trainer status` names it and the
 command that clears it; docs/cluster.md's commands (`snakemake --unlock`, then the same command) resume the
 run, whose train and eval logs then equal an uninterrupted run's (time columns aside)."""
@@ -14,8 +14,10 @@ import sys
 import pytest
 import yaml
 
-from tests.conftest import BIN, ROOT, snakemake
-from tests.resilience import assert_same_logs, published_logs, trainer_env, wait_for, workflow_copy
+from tests.float_order import trainer_env
+from tests.resilience import assert_same_logs, published_logs, wait_for
+from tests.runs import workflow_copy
+from tests.workflow import BIN, ROOT, snakemake
 from trainer.contract import rundir
 from trainer.rl.run import run_training
 

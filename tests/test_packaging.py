@@ -20,7 +20,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 
 # what a GPU image holds (the device machine's: torch 2.11 CUDA, transformers 5.17)
 SITE = {"torch": "2.11.0+cu130", "transformers": "5.17.0"}

@@ -1,4 +1,4 @@
-"""The peak model kept (issue 21): one smoothed-peak definition for trainer and analysis; a tiny run
+"""The peak model kept: one smoothed-peak definition for trainer and analysis; a tiny run
 whose accuracy peaks and then falls keeps its peak policies, across a SIGKILL and resume; `python -m trainer
 export --which peak` writes adapters that, loaded with PEFT on the base model, reproduce the peak eval.
 
@@ -26,16 +26,11 @@ import pandas as pd
 import pytest
 
 from analysis.curves import summarize_curve
-from tests.conftest import ROOT
-from tests.resilience import (
-    assert_same_logs,
-    damaged_tiny_base_model,
-    progress_step,
-    published_logs,
-    tiny_run_config,
-    trainer_env,
-    wait_for,
-)
+from tests.float_order import trainer_env
+from tests.models import damaged_tiny_base_model
+from tests.resilience import assert_same_logs, progress_step, published_logs, wait_for
+from tests.runs import tiny_run_config
+from tests.workflow import ROOT
 from trainer.__main__ import main as trainer_main
 from trainer.contract import rundir
 from trainer.contract.config import config_hash

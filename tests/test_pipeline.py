@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 
 import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, copy_workflow, snakemake
-from tests.resilience import PERTURB
+from tests.float_order import PERTURB
+from tests.workflow import ROOT, copy_workflow, snakemake
 from trainer.contract.rundir import TRAIN_SCHEMA
 
 SHORT = {
@@ -98,17 +97,9 @@ def test_voting_math_run_end_to_end(pipeline_dir):
     assert (pipeline_dir / "results" / "figures" / "accuracy_curves.png").stat().st_size > 1000
 
 
-def slurm_available() -> bool:
-    return shutil.which("sbatch") is not None and subprocess.run(["sinfo"], capture_output=True).returncode == 0
-
-
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_slurm_profile_runs_real_jobs(pipeline_dir, tmp_path, monkeypatch):
-    if not slurm_available():
-        if os.environ.get("REQUIRE_SLURM"):
-            pytest.fail("REQUIRE_SLURM is set but no SLURM cluster answers (run .ci/slurm-up)")
-        pytest.skip("no SLURM cluster here (.ci/slurm-up starts one)")
+def test_slurm_profile_runs_real_jobs(need_slurm, pipeline_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     subprocess.run(
         [os.sys.executable, "-m", "trainer", "install-profile", "--repo", str(pipeline_dir)],

@@ -1,4 +1,4 @@
-"""The cost plan (`python -m trainer plan`, issue 25): GPU-hours per scale and in total from measured rates
+"""The cost plan (`python -m trainer plan`): GPU-hours per scale and in total from measured rates
 or stated estimates, the runs that would not fit their time limit, bad configs refused before any work."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, snakemake
+from tests.workflow import ROOT, snakemake
 from trainer.models.size import STUDY_MODELS, parameter_count
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config
 from trainer.sweep.cost import predict_run, wall_time_s
@@ -150,7 +150,7 @@ def test_snakemake_plan_prints_and_writes_the_plan(workdir):
 def test_plan_measure_records_each_workflow_and_task_and_the_plan_then_rests_on_it(tmp_path, tmp_path_factory):
     import shutil
 
-    from tests.resilience import tiny_base_model
+    from tests.models import tiny_base_model
 
     model = tmp_path / "results" / "models" / "tiny" / "model.json"
     model.parent.mkdir(parents=True)

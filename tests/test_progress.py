@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 
 from analysis.progress import progress_curves
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.contract.rundir import write_json_atomic
 
 
@@ -54,8 +54,8 @@ def test_snakemake_figures_draws_running_runs_only_under_include_running(workdir
     under --config include_running=true, not without; the flag's change reruns the job."""
     import json
 
-    from tests.conftest import snakemake
     from tests.synthetic_logs import planted_run
+    from tests.workflow import snakemake
 
     runs_dir = workdir / "results" / "runs"
     finished, running = "voting-math-tiny-shared-s0", "voting-math-tiny-isolated-s0"

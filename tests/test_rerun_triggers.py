@@ -1,4 +1,4 @@
-"""Reruns only when results would change (issue 19, must-show 5): with a finished one-run sweep,
+"""Reruns only when results would change: with a finished one-run sweep,
 site settings (launcher, resources, poll intervals) schedule no train job; a changed hashed key
 schedules it with a reason naming the key; running it without `restart` fails naming the key and
 how to restart, and the old run's logs are still there afterwards; with `restart` they are moved
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import snakemake
+from tests.workflow import snakemake
 from trainer.sweep.config import load_yaml
 from trainer.sweep.launch import rerun_trigger_items
 

@@ -8,7 +8,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs, tiny_base_model, tiny_run_config
+from tests.resilience import assert_nothing_partial, assert_same_logs, published_logs
+from tests.runs import tiny_run_config
 from trainer.contract.config import config_hash
 from trainer.rl.checkpoint_files import seal
 from trainer.rl.run import run_training
@@ -17,16 +18,6 @@ from trainer.settings import RunSettings
 from trainer.sweep.launch import LaunchError, launch, write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"
-
-
-@pytest.fixture(scope="module")
-def base_model_json(tmp_path_factory):
-    return tiny_base_model(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def base_model(base_model_json):
-    return json.loads(base_model_json.read_text())
 
 
 def run_config(**training):

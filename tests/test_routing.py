@@ -1,4 +1,4 @@
-"""Policy routing and per-role gradient metrics (issue 4, must-show 2 and 3).
+"""Policy routing and per-role gradient metrics.
 
 On a tiny random Qwen3 (built offline): under `shared` one optimizer gets gradient from every
 role's rows; under `isolated` (and a custom grouping) an update of one policy leaves every other
@@ -320,7 +320,7 @@ def test_a_step_whose_rows_all_have_zero_advantage_still_steps_adam() -> None:
 
 def test_policy_groups_from_config_reach_the_routing_table() -> None:
     """training.policy_groups is a valid config key and is what the trainer's routing reads."""
-    from tests.conftest import ROOT
+    from tests.workflow import ROOT
     from trainer.contract.config import ConfigError
     from trainer.contract.runid import parse_run_id
     from trainer.sweep.config import load_yaml, resolve_run_config, validate_config

@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from tests.conftest import ROOT, snakemake
+from tests.workflow import ROOT, snakemake
 
 OFFLINE = "env HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
 TINY_ENV = yaml.safe_load((ROOT / "config.yaml").read_text())["scales"]["tiny"]["env"]

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from submitit.helpers import Checkpointable
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.contract.runid import parse_run_id
 from trainer.sweep import array_submit
 from trainer.sweep.config import load_yaml, resolve_run_config
@@ -160,18 +160,6 @@ def test_a_dead_holders_claims_are_recorded_or_asked_again(tmp_path: Path, monke
         assert json.loads((spool / f"{run}.json").read_text())["state"] == array_submit.SUBMITTED
     assert not (runs / "c" / "work" / "job.json").exists()
     assert json.loads((spool / "c.json").read_text())["state"] == array_submit.PENDING
-
-
-def slurm_available() -> bool:
-    return shutil.which("sbatch") is not None and subprocess.run(["sinfo"], capture_output=True).returncode == 0
-
-
-@pytest.fixture
-def need_slurm() -> None:
-    if not slurm_available():
-        if os.environ.get("REQUIRE_SLURM"):
-            pytest.fail("REQUIRE_SLURM is set but no SLURM cluster answers (run .ci/slurm-up)")
-        pytest.skip("no SLURM cluster here (.ci/slurm-up starts one)")
 
 
 def run_config(run: str, window_s: float, partition: str = "debug") -> dict[str, Any]:

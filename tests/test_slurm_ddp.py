@@ -5,8 +5,6 @@ unless REQUIRE_SLURM is set (then it fails)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,20 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
-from tests.resilience import tiny_base_model, tiny_run_config, trainer_env
+from tests.float_order import trainer_env
+from tests.models import tiny_base_model
+from tests.runs import tiny_run_config
+from tests.workflow import ROOT
 from trainer.contract import rundir
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.usefixtures("need_slurm")]
 RUN = "voting-math-tiny-shared-s0"
-
-
-@pytest.fixture(autouse=True)
-def need_slurm() -> None:
-    if shutil.which("sbatch") is None or subprocess.run(["sinfo"], capture_output=True).returncode != 0:
-        if os.environ.get("REQUIRE_SLURM"):
-            pytest.fail("REQUIRE_SLURM is set but no SLURM cluster answers (run .ci/slurm-up)")
-        pytest.skip("no SLURM cluster here (.ci/slurm-up starts one)")
 
 
 def test_slurm_job_runs_two_ranks_to_done(tmp_path_factory, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""One squeue call per poll interval for every launcher of a sweep (issue 19, must-show 6, without a
-cluster: a fake squeue on PATH that logs its calls), of the submitting user's jobs only (issue 40), and a launcher that imports neither torch nor
-pandas. The 100-launcher measurement on the real cluster is benchmarks/bench_launchers.py."""
+"""One squeue call per poll interval for every launcher of a sweep (without a
+cluster: a fake squeue on PATH that logs its calls), of the submitting user's jobs only, and a launcher
+that imports neither torch nor pandas. The 100-launcher measurement on the real cluster is benchmarks/bench_launchers.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 
 FAKE_SQUEUE = """#!/bin/sh
 echo "$@" >> {log}

@@ -21,38 +21,23 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
+from tests.float_order import trainer_env
+from tests.models import tiny_base_model
 from tests.resilience import (
     assert_nothing_partial,
     assert_same_logs,
     progress_step,
     published_logs,
     start_trainer,
-    tiny_base_model,
-    tiny_run_config,
-    trainer_env,
     wait_for,
 )
+from tests.runs import tiny_run_config
+from tests.workflow import ROOT
 from trainer.contract import rundir
 from trainer.sweep.launch import LIVE_SLURM_STATES, job_tag
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.usefixtures("need_slurm")]
 RUN = "single-math-tiny-shared-s0"
-
-
-def slurm_available() -> bool:
-    """Whether sbatch exists and the controller answers."""
-    import shutil
-
-    return shutil.which("sbatch") is not None and subprocess.run(["sinfo"], capture_output=True).returncode == 0
-
-
-@pytest.fixture(autouse=True)
-def need_slurm() -> None:
-    if not slurm_available():
-        if os.environ.get("REQUIRE_SLURM"):
-            pytest.fail("REQUIRE_SLURM is set but no SLURM cluster answers (run .ci/slurm-up)")
-        pytest.skip("no SLURM cluster here (.ci/slurm-up starts one)")
 
 
 def slurm_config(training: dict[str, Any], time_min: int = 10, max_num_timeout: int = 3) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, snakemake
+from tests.workflow import ROOT, snakemake
 from trainer.contract.rundir import write_json_atomic
 from trainer.sweep import status as status_module
 from trainer.sweep.config import load_yaml

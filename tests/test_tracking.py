@@ -15,16 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.resilience import (
-    assert_same_logs,
-    progress_step,
-    published_logs,
-    start_trainer,
-    tiny_base_model,
-    tiny_run_config,
-    wait_for,
-)
-from tests.test_distributed import free_port
+from tests.network import free_port
+from tests.resilience import assert_same_logs, progress_step, published_logs, start_trainer, wait_for
+from tests.runs import tiny_run_config
 from trainer.rl import tracking, wandb_log
 from trainer.rl.run import run_training
 from trainer.rl.train import Trainer
@@ -32,11 +25,6 @@ from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"
 TIMES = ("wall_time_s", "finished_at")
-
-
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory):
-    return json.loads(tiny_base_model(tmp_path_factory).read_text())
 
 
 @pytest.fixture(scope="module")

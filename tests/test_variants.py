@@ -19,14 +19,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests import test_dag
-from tests.conftest import ROOT, snakemake
+from tests.workflow import ROOT, snakemake, train_runs
 from trainer.contract.config import ConfigError, config_hash
 from trainer.contract.runid import RUN_ID_PATTERN, RunId, parse_run_id
 from trainer.sweep.config import expand_matrix, load_config, load_yaml, resolve_run_config, validate_config
 
 DATA = Path(__file__).parent / "data"
-slurm_profile_installed = test_dag.slurm_profile_installed  # the fixture, by its name here
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
 VARIANT_RUNS = {"per_role": 36, "episode_groups": 36, "votes2": 12, "votes5": 12, "subtasks1": 12, "subtasks5": 12}
 
@@ -233,7 +231,7 @@ def test_tables_group_by_variant(tmp_path):
 
 def test_slurm_dry_run_lists_each_ablation_run_once(slurm_profile_installed):
     out = snakemake("-n", "--profile", "slurm", "--config", "matrix=paper_ablations").stdout
-    runs = test_dag.train_runs(out)
+    runs = train_runs(out)
     assert set(runs.values()) == {1}
     assert Counter(parse_run_id(r).variant for r in runs if parse_run_id(r).variant) == VARIANT_RUNS
     assert len(runs) == 42 + sum(VARIANT_RUNS.values())
@@ -245,7 +243,7 @@ def test_slurm_dry_run_lists_each_ablation_run_once(slurm_profile_installed):
 def test_a_variant_run_of_a_tiny_matrix_runs_to_done(tmp_path_factory):
     """One variant run (voting with 2 voters) trained through Snakemake on the session's tiny base model:
     its config.json carries the variant and the delta, done.json its steps, eval.parquet its rows."""
-    from tests.resilience import workflow_copy
+    from tests.runs import workflow_copy
     from tests.test_matrix_tiny import matrix_config
 
     d = tmp_path_factory.mktemp("variant")

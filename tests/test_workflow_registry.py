@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
+from tests.workflow import ROOT
 from trainer.contract import rundir
 from trainer.contract.config import ConfigError
 from trainer.contract.runid import WORKFLOW_NAME, RunId, parse_run_id
