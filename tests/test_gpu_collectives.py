@@ -1,20 +1,20 @@
-"""The GPU path's rules, checked on CPU: collectives and devices (issue 35, defects 1 and 6).
+"""The GPU path's rules, checked on CPU: collectives and devices.
 
 No test here needs a GPU: CUDA is faked where a rule depends on it (tests/collective_checker.py: device
 counts, set_device, the backend a collective meets). What only a GPU shows (NCCL itself) is said in
 docs/gpu.md; benchmarks/device_check.sh runs what the GPU machine can. tests/test_gpu_vllm_rules.py
 checks the vLLM engine's side.
 
-Defect 1 (CPU tensors in NCCL collectives): test_checker_fails_a_cpu_tensor_on_an_nccl_group,
-    test_two_ranks_every_collective_is_served_by_the_gpu_backend.
-Defect 6: test_device_is_the_local_rank_among_the_gpus_the_task_sees (and the gpus=1 case of the two-rank test).
+Every collective's tensor on a device its backend serves (no CPU tensor in an NCCL collective):
+    test_checker_fails_a_cpu_tensor_on_an_nccl_group, test_two_ranks_every_collective_is_served_by_the_gpu_backend.
+The GPU a task uses is its local rank among the GPUs it sees:
+    test_device_is_the_local_rank_among_the_gpus_the_task_sees (and the gpus=1 case of the two-rank test).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -22,21 +22,15 @@ import torch
 import torch.distributed as dist
 
 from tests.collective_checker import CollectiveDeviceError, checked_collectives, fake_gpus, served_device_types
+from tests.network import free_port
 from trainer.rl.distributed import Ranks, device_of
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# -- defect 1: every collective's tensor on a device its backend serves --------------------------
+# -- every collective's tensor on a device its backend serves ------------------------------------
 
 
 def test_checker_fails_a_cpu_tensor_on_an_nccl_group() -> None:
-    """The checker itself: a CPU tensor on an NCCL-only group fails (what 31a1845's `sum_floats` did on a GPU
-    node); on a device-keyed group, or on gloo, it passes."""
+    """The checker itself: a CPU tensor on an NCCL-only group fails (as `sum_floats`' CPU float64 tensor
+    would on a GPU node); on a device-keyed group, or on gloo, it passes."""
     assert served_device_types("nccl") == {"cuda"}
     assert served_device_types("cuda:nccl,cpu:gloo") == {"cuda", "cpu"}
     assert "cpu" in served_device_types("gloo")
@@ -120,8 +114,8 @@ def exercise(ranks: Ranks) -> dict:
 @pytest.mark.parametrize("gpus", [2, 1], ids=["each-task-sees-2-gpus", "each-task-sees-1-gpu"])
 def test_two_ranks_every_collective_is_served_by_the_gpu_backend(tmp_path: Path, gpus: int) -> None:
     """Two gloo processes playing a 2-GPU job: the backend the trainer configures on GPUs serves every
-    collective's tensors (31a1845: "nccl", and `sum_floats` all-reduced a CPU float64 tensor), and each rank
-    sets the GPU it can see (31a1845: set_device(local_rank), cuda:1 in a task that sees one GPU: defect 6)."""
+    collective's tensors (a plain "nccl" group would meet `sum_floats`' CPU float64 tensor), and each rank
+    sets a GPU it can see (not set_device(local_rank): cuda:1 in a task that sees one GPU)."""
     ctx, port = torch.multiprocessing.get_context("spawn"), free_port()
     procs = [ctx.Process(target=collectives_worker, args=(r, port, gpus, str(tmp_path))) for r in (0, 1)]
     for p in procs:
@@ -153,7 +147,7 @@ def test_the_two_rank_run_covers_every_collective_of_the_trainer() -> None:
     import inspect
     import re
 
-    from tests.conftest import ROOT
+    from tests.workflow import ROOT
     from trainer.rl import distributed
 
     for path in (ROOT / "trainer").rglob("*.py"):
@@ -178,7 +172,7 @@ def test_the_two_rank_run_covers_every_collective_of_the_trainer() -> None:
     assert calling - {"_sum_tensors"} <= exercised, calling - exercised
 
 
-# -- defect 6: the GPU a task sees ------------------------------------------------------------
+# -- the GPU a task sees -----------------------------------------------------------------------
 
 
 def test_device_is_the_local_rank_among_the_gpus_the_task_sees() -> None:

@@ -1,4 +1,4 @@
-"""The GPU path's rules, checked on CPU: the vLLM engine and the smaller defects (issue 35, defects 2 and 6).
+"""The GPU path's rules, checked on CPU: the vLLM engine and the HF backend's generation.
 
 No test here needs a GPU or vLLM: CUDA is faked where a rule depends on it (tests/collective_checker.py),
 and vLLM is a recording stand-in (tests/fake_vllm.py) where the trainer's side of its contract is checked
@@ -6,12 +6,12 @@ and vLLM is a recording stand-in (tests/fake_vllm.py) where the trainer's side o
 What only a GPU shows (vLLM's external_launcher and sleep mode on a device, the real memory) is said in
 docs/gpu.md; benchmarks/device_check.sh runs what the GPU machine can.
 
-Defect 2 (vLLM with data-parallel ranks): test_llm_arguments_per_rank,
+vLLM with data-parallel ranks: test_llm_arguments_per_rank,
     test_each_ranks_engine_is_built_on_its_gpu_then_all_wait, test_preflight_refuses_tensor_parallel_engines.
-Defect 6: test_the_engine_loads_the_trainers_pinned_revision, test_sleep_mode_*,
-    test_hf_kv_budget_counts_what_the_torch_cache_holds, test_shared_prompt_cache_keeps_the_last_logits_only,
-    test_hf_and_vllm_stop_at_the_same_tokens, test_a_checkpoint_written_on_a_gpu_resumes_anywhere,
-    test_adapters_are_written_to_a_job_temp_dir_and_removed, test_fit_closes_the_backends_when_training_fails.
+The engine and generation on a GPU: test_sleep_mode_*, test_hf_kv_budget_counts_what_the_torch_cache_holds,
+    test_shared_prompt_cache_keeps_the_last_logits_only, test_hf_and_vllm_stop_at_the_same_tokens,
+    test_adapters_are_written_to_a_job_temp_dir_and_removed.
+The trainer's side over a run: tests/test_gpu_trainer_rules.py.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from trainer.rl.distributed import Ranks
 RUN = "voting-math-qwen3-0.6b-isolated-s0"  # two policies (generator, aggregator)
 
 
-# -- defect 2: one engine per rank, on its GPU ----------------------------------------------------
+# -- one engine per rank, on its GPU -------------------------------------------------------------
 
 LORA = {"enable_lora": True, "max_loras": 2, "max_lora_rank": 64}
 
@@ -159,51 +159,7 @@ def test_preflight_refuses_tensor_parallel_engines(monkeypatch) -> None:
     assert preflight.run_problems(run_config({"generation_backend": "vllm"}, {"gpus": 2})) == []
 
 
-# -- defect 6: the smaller ones ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from tests.local_qwen3 import save_random_qwen3, small_vocab_tokenizer
-
-    return save_random_qwen3(tmp_path_factory.mktemp("qwen3") / "model", small_vocab_tokenizer(), hidden_size=32)
-
-
-def make_trainer(model_dir: Path, run_dir: Path, revision: str | None = None, **training):
-    from tests.local_qwen3 import real_scale_config
-    from trainer.rl.train import Trainer
-
-    cfg = real_scale_config(model_dir, RUN, run_dir, training={"lora": {"r": 4, "lora_alpha": 8}, **training})
-    if revision:
-        cfg["model"]["revision"] = revision  # as the prefetch rule pins a hub id's commit
-    return Trainer(cfg, run_dir, log=lambda msg: None)
-
-
-def test_the_engine_loads_the_trainers_pinned_revision(model_dir, tmp_path, monkeypatch) -> None:
-    """The trainer reads its base model at `model.revision` (the commit the prefetch rule pinned: an offline
-    node may hold it and not `main`); the engine loads model and tokenizer at the same commit."""
-    import transformers
-
-    from trainer.rl import preflight
-
-    llm = fake_vllm.install(monkeypatch)
-    monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(tempfile, "tempdir", None)
-    seen = []
-    real = transformers.AutoModelForCausalLM.from_pretrained.__func__
-
-    def from_pretrained(cls, *args, **kwargs):
-        seen.append(kwargs.get("revision"))
-        return real(cls, *args, **kwargs)
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(from_pretrained))
-    trainer = make_trainer(model_dir, tmp_path / "run", revision="0123abcd", generation_backend="vllm")
-    (engine,) = llm.instances  # one engine, shared by the train and eval generators
-    assert seen == ["0123abcd"]
-    assert engine.kwargs["revision"] == engine.kwargs["tokenizer_revision"] == "0123abcd"
-    assert engine.kwargs["model"] == str(model_dir)
-    trainer.close()
+# -- the engine and generation on a GPU ------------------------------------------------------------
 
 
 def test_sleep_mode_sleeps_through_the_update_and_wakes_before_sync_and_generation(tiny, monkeypatch, tmp_path):
@@ -248,46 +204,6 @@ def test_sleep_mode_sleeps_through_the_update_and_wakes_before_sync_and_generati
         gen.close()
 
 
-def test_the_trainer_puts_the_engine_to_sleep_between_rollouts_and_update(model_dir, tmp_path, monkeypatch):
-    from trainer.rl import train
-    from trainer.rl.rollout import HFGenerator
-
-    order: list[str] = []
-    monkeypatch.setattr(HFGenerator, "before_update", lambda self: order.append("before_update"), raising=False)
-    trainer = make_trainer(model_dir, tmp_path / "run")
-    real_rollout, real_update = trainer.rollout, trainer.update
-    monkeypatch.setattr(trainer, "rollout", lambda step: (order.append("rollout"), real_rollout(step))[1])
-    monkeypatch.setattr(trainer, "update", lambda p, rows: (order.append("update"), real_update(p, rows))[1])
-    trainer.train_step(1)
-    assert order[:3] == ["rollout", "before_update", "update"] and order.count("before_update") == 1
-    assert train  # (imported for the module's monkeypatch targets)
-
-
-def test_a_resumed_run_syncs_the_engine_before_its_first_rollout(model_dir, tmp_path, monkeypatch) -> None:
-    """The engine is built (and verified at sync 0) with the starting weights, before the checkpoint loads:
-    a run resumed at step 2 syncs the resumed weights into it before step 3's rollouts."""
-    from trainer.rl import preflight, vllm_engine
-
-    fake_vllm.install(monkeypatch)
-    monkeypatch.setattr(preflight, "vllm_import_error", lambda: None)
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(tempfile, "tempdir", None)
-    trainer = make_trainer(model_dir, tmp_path / "run", generation_backend="vllm", max_steps=4, eval_every=100)
-    engine = vllm_engine._ENGINES[trainer.policies]
-    assert engine.synced_step == 0
-    seen = []
-
-    def first_step(step):
-        seen.append((step, engine.synced_step))
-        raise KeyboardInterrupt  # the test ends the run here
-
-    monkeypatch.setattr(trainer, "resume", lambda: 2)  # as if step-000002 had loaded
-    monkeypatch.setattr(trainer, "train_step", first_step)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit()
-    assert seen == [(3, 2)]
-
-
 def test_hf_kv_budget_counts_what_the_torch_cache_holds(monkeypatch) -> None:
     """After the update PyTorch's caching allocator keeps its blocks reserved: the driver counts them as used,
     yet `generate` reuses them. The budget is half of free + reserved - allocated."""
@@ -302,7 +218,7 @@ def test_hf_kv_budget_counts_what_the_torch_cache_holds(monkeypatch) -> None:
 
 
 def test_shared_prompt_cache_keeps_the_last_logits_only(tiny) -> None:
-    """The shared prefill wants the cache: logits of the last position only (31a1845: prompt x vocabulary)."""
+    """The shared prefill wants the cache: logits of the last position only (not prompt x vocabulary)."""
     from trainer.rl.rollout import shared_prompt_cache
 
     policies = policy_set(tiny, {"generator": "shared"})
@@ -321,7 +237,7 @@ def test_shared_prompt_cache_keeps_the_last_logits_only(tiny) -> None:
 def test_hf_and_vllm_stop_at_the_same_tokens(tiny, monkeypatch, tmp_path) -> None:
     """Both backends stop at chat.stop_token_ids: the tokenizer's eos (<|im_end|>), <|endoftext|> and the
     generation config's eos ids. A model that says <|endoftext|> first ends its completion there under HF
-    (31a1845: it stopped only at <|im_end|>), and vLLM is given the same ids."""
+    (not only at <|im_end|>), and vLLM is given the same ids."""
     from trainer.rl.rollout import HFGenerator
 
     tok = tiny[0]
@@ -355,30 +271,6 @@ def test_hf_and_vllm_stop_at_the_same_tokens(tiny, monkeypatch, tmp_path) -> Non
     gen.close()
 
 
-def test_a_checkpoint_written_on_a_gpu_resumes_anywhere(model_dir, tmp_path, monkeypatch) -> None:
-    """state.pt as a GPU rank writes it (every tensor tagged cuda:0) resumes on a CPU: loaded with a
-    map_location, the optimizer moves its state to its parameters' device (31a1845: torch.load without
-    one puts every rank's copy on cuda:0, and fails where there is no GPU)."""
-    run_dir = tmp_path / "run"
-    trainer = make_trainer(model_dir, run_dir)
-    trainer.train_step(1)
-    with monkeypatch.context() as m:  # torch.save as on a GPU: every storage's location is cuda:0
-        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
-        trainer.checkpoint(1)
-    state = next(run_dir.rglob("state.pt"))
-    with pytest.raises(RuntimeError, match="CUDA"):  # the file does say cuda:0
-        torch.load(state, weights_only=False)
-    again = make_trainer(model_dir, run_dir)
-    assert again.resume() == 1
-    for p, q in zip(trainer.policies, again.policies):
-        saved = p.optimizer.state_dict()["state"]
-        loaded = q.optimizer.state_dict()["state"]
-        assert saved.keys() == loaded.keys() and saved
-        for k in saved:
-            assert loaded[k]["exp_avg"].device.type == "cpu"
-            assert torch.equal(loaded[k]["exp_avg"], saved[k]["exp_avg"])
-
-
 def test_adapters_are_written_to_a_job_temp_dir_and_removed(tiny, monkeypatch, tmp_path) -> None:
     """The engine's adapters go under $TMPDIR (job-local scratch on SLURM sites), not /dev/shm (64 MB in
     containers), and `close` removes them."""
@@ -399,19 +291,3 @@ def test_adapters_are_written_to_a_job_temp_dir_and_removed(tiny, monkeypatch, t
     assert len(list(adapter_dir.iterdir())) == 2  # the old ones removed
     gen.close()
     assert not adapter_dir.exists() and list(job_tmp.iterdir()) == []
-
-
-def test_fit_closes_the_backends_when_training_fails(model_dir, tmp_path, monkeypatch) -> None:
-    from trainer.rl.rollout import HFGenerator
-
-    closed: list[int] = []
-    monkeypatch.setattr(HFGenerator, "close", lambda self: closed.append(id(self)), raising=False)
-    trainer = make_trainer(model_dir, tmp_path / "run")
-
-    def fails(step):
-        raise RuntimeError("a step that fails")
-
-    monkeypatch.setattr(trainer, "train_step", fails)
-    with pytest.raises(RuntimeError, match="a step that fails"):
-        trainer.fit()
-    assert sorted(closed) == sorted({id(trainer.generate.inner), id(trainer.eval_generate.inner)})

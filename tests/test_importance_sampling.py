@@ -1,4 +1,4 @@
-"""TRL's vLLM importance-sampling correction (issue 35, defect 5): engine and trainer sample from
+"""TRL's vLLM importance-sampling correction: engine and trainer sample from
 different models (a bf16 engine, the trainer's own kernels), so each token's loss is weighted by
 exp(trainer log p - engine log p), truncated or masked (`vllm_importance_sampling_correction`,
 `_mode`, `_clip_max`, `_clip_min`: TRL's names, and TRL's defaults but for the switch, off here).

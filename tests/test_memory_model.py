@@ -1,4 +1,4 @@
-"""The memory model (trainer/models/memory.py, issue 36): its formulas at Qwen3-0.6B's shape, and the HF
+"""The memory model (trainer/models/memory.py): its formulas at Qwen3-0.6B's shape, and the HF
 backend's chunk budget is that model (KV cache and each row's decode-step logits), not the KV cache alone.
 benchmarks/bench_memory_model.py measures the same formulas at real width (docs/benchmarks.md)."""
 

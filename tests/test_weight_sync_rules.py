@@ -1,10 +1,10 @@
-"""The vLLM backend's GPU rules for the training-inference checks, checked on CPU (issue 35, defects 3-4).
+"""The vLLM backend's GPU rules for the training-inference checks, checked on CPU.
 
-- defect 3: `logp_mismatch` at the real Qwen3 vocabulary (151,936) allocates no tensor above a cap that
+- memory: `logp_mismatch` at the real Qwen3 vocabulary (151,936) allocates no tensor above a cap that
   the full-sequence, full-vocabulary float32 logits of the batch exceed (the largest tensor any torch op
   produces, seen by a dispatch mode), gives the same values, and scores only this rank's share of the
   rows, the sums reduced over ranks;
-- defect 4: the sync criterion passes an engine whose log-probs are the new weights' plus bf16-scale
+- the sync criterion passes an engine whose log-probs are the new weights' plus bf16-scale
   noise (up to 0.3 per log-prob, what vLLM and transformers differ by in bf16, vLLM issue 18352) and
   stops one that serves the old weights; an update too small to resolve under the noise is not called
   stale, and a wrong model (far from both) fails the agreement test, at sync 0 too; end to end, the
@@ -158,7 +158,7 @@ def test_logp_mismatch_scores_this_ranks_share_and_reduces_the_sums(real_vocab_p
     assert first == pytest.approx(whole, abs=1e-5)
 
 
-# -- defect 4: the sync criterion ------------------------------------------------------------------
+# -- the sync criterion ---------------------------------------------------------------------------
 
 PROBE = weight_sync.PROBE_TOKENS * weight_sync.PROBE_TOP_K
 
