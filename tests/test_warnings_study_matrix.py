@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.conftest import snakemake
-from tests.test_dag import train_runs
+from tests.workflow import snakemake, train_runs
 from trainer.contract.runid import parse_run_id
 from trainer.sweep.config import expand_matrix, load_yaml, resolve_run_config
 
