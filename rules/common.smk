@@ -1,48 +1,47 @@
-# Config validation, the matrix, path helpers and input functions. Logic lives in `trainer`;
-# this file only names paths.
-import functools
+# Config validation, the matrix, path helpers and input functions. Logic lives in `trainer`
+# (the matrix's answers in trainer/sweep/dag.py, each computed once); this file only names paths.
+import inspect
 import json
 import shlex
 import sys
 from pathlib import Path
 
+from snakemake.common import overwrite_function_params
+
 sys.path.insert(0, workflow.basedir)  # the packages of this repository, installed or not
 
 from trainer.sweep.config import (
     base_model_spec,
-    expand_matrix,
     load_yaml,
-    resolve_run_config,
     restart_requested,
     validate_config,
 )
-from trainer.sweep.launch import rerun_trigger_items
+from trainer.sweep import dag
 from trainer.sweep.preflight import check_matrix
 from trainer.sweep.gate import check_matrix as check_plan
-from trainer.sweep.prefetch import (
-    dataset_config_names,
-    dataset_key,
-    hf_dataset_specs,
-    needs_model_prefetch,
-    pinned_revision,
-    revision_arg,
-    use_hf_home,
-)
+from trainer.sweep.prefetch import revision_arg, use_hf_home
 from trainer.contract.runid import RUN_ID_PATTERN, parse_run_id
-from trainer.sweep.cost import run_turns
 
 validate_config(config, load_yaml(Path(workflow.basedir) / "rules" / "config.schema.yaml"))
-check_matrix(config)  # a rollout backend that cannot start in this environment fails here
-check_plan(config)  # a run whose one eval cannot fit its job is refused here (trainer/sweep/gate.py)
-
 RESULTS = config.get("results_dir") or "results"  # a scratch file system: --config results_dir=/scratch/...
+MATRIX = dag.MatrixRuns(config, RESULTS)  # every run resolved once
+check_matrix(config, MATRIX.resolved)  # a rollout backend that cannot start in this environment fails here
+check_plan(config, resolved=MATRIX.resolved)  # a run whose one eval cannot fit its job is refused here (gate.py)
+
 use_hf_home(config)  # the Hugging Face cache of prefetch and of every job it starts: --config hf_home=...
-RUNS = [str(r) for r in expand_matrix(config)]
+RUNS = MATRIX.run_ids
 SCALES = sorted({parse_run_id(r).scale for r in RUNS})
 
 
+def per_job(func):
+    """`func` with its signature read once: Snakemake reads a param or input function's signature on every
+    job it calls it for, which at 10,000 runs and a param per hashed key is most of a dry-run."""
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
 def run_dir(run):
-    return f"{RESULTS}/runs/{run}"
+    return MATRIX.run_dir(run)
 
 
 def run_file(run, name):
@@ -51,55 +50,46 @@ def run_file(run, name):
 
 def finished_run_dirs(wildcards):
     """The run directories of the matrix whose done.json exists (looked at when the DAG is built)."""
-    return " ".join(run_dir(r) for r in RUNS if Path(run_file(r, "done.json")).exists())
+    return " ".join(dag.finished_run_dirs(MATRIX.run_dirs()))
 
 
 def finished_runs_stamp(wildcards):
     """Each finished run with its done.json's modification time: as a parameter, a rerun trigger of
     `figures` when a run finishes, or finishes again."""
-    done = [Path(run_file(r, "done.json")) for r in RUNS]
-    return " ".join(f"{p.parent.name}@{p.stat().st_mtime_ns}" for p in done if p.exists())
+    return dag.finished_runs_stamp(MATRIX.run_dirs())
 
 
+@per_job
 def scale_env(wildcards, output):
     """The `env NAME=value ...` prefix of a job's command (names sorted): its scale's `env` in config, or nothing.
 
     It takes `output`, so Snakemake counts it a derived parameter: no rerun trigger.
     """
-    scale = wildcards.scale if hasattr(wildcards, "scale") else parse_run_id(wildcards.run).scale
+    scale = wildcards.scale if hasattr(wildcards, "scale") else MATRIX.run(wildcards.run).scale
     env = config["scales"][scale].get("env") or {}
     return " ".join(["env"] + [f"{name}={shlex.quote(value)}" for name, value in sorted(env.items())]) if env else ""
 
 
+@per_job
 def train_priority(wildcards):
     """The train job's priority: its most model calls, so the longest runs start first."""
-    return run_turns(resolve_run_config(config, parse_run_id(wildcards.run)))
+    return MATRIX.priority(wildcards.run)
 
 
+@per_job
 def base_model_json(wildcards):
-    return f"{RESULTS}/models/{parse_run_id(wildcards.run).scale}/model.json"
+    return f"{RESULTS}/models/{MATRIX.run(wildcards.run).scale}/model.json"
 
 
+@per_job
 def prefetch_inputs(wildcards):
-    """The prefetch JSONs a run's train job needs: its scale's model (a hub id or local path; not
-    `tiny`) and every hub dataset of its task. The launcher pins what they say into config.json."""
-    rc = resolve_run_config(config, parse_run_id(wildcards.run))
-    files = [f"{RESULTS}/prefetch/models/{rc['scale']}.json"] if needs_model_prefetch(rc["model"]["name"]) else []
-    files += [f"{RESULTS}/prefetch/datasets/{dataset_key(s['path'])}.json" for s in hf_dataset_specs(rc["task_params"])]
-    return sorted(set(files))
-
-
-def hub_dataset_specs():
-    """Every hub dataset spec of the matrix's runs."""
-    return [s for r in RUNS for s in hf_dataset_specs(resolve_run_config(config, parse_run_id(r))["task_params"])]
+    """The prefetch JSONs a run's train job needs (its scale's model, its task's hub datasets)."""
+    return MATRIX.prefetch_inputs(wildcards.run)
 
 
 def hub_dataset_id(wildcards):
-    """The dataset id of a prefetch_dataset job (its file name spells `/` as `--`)."""
-    found = [i for i in {s["path"] for s in hub_dataset_specs()} if dataset_key(i) == wildcards.dataset]
-    if not found:
-        raise ValueError(f"prefetch_dataset: no hub dataset of the matrix is spelled {wildcards.dataset!r}")
-    return shlex.quote(found[0])
+    """The dataset id of a prefetch_dataset job (its file name spells `/` as `--`), quoted for the shell."""
+    return shlex.quote(MATRIX.hub_dataset_id(wildcards.dataset))
 
 
 def prefetch_model_revision(wildcards):
@@ -109,36 +99,35 @@ def prefetch_model_revision(wildcards):
 
 def hub_dataset_revision(wildcards):
     """`--revision COMMIT` of a prefetch_dataset job whose sources pin one (empty: unpinned)."""
-    repo = shlex.split(hub_dataset_id(wildcards))[0]
-    return revision_arg(pinned_revision(hub_dataset_specs(), repo, "tasks"))
+    return MATRIX.hub_dataset_revision(wildcards.dataset)
 
 
 def hub_dataset_configs(wildcards):
     """`--config-name` arguments of a prefetch_dataset job: every configuration of the dataset a run reads."""
-    names = dataset_config_names(hub_dataset_specs(), shlex.split(hub_dataset_id(wildcards))[0])
-    return " ".join(f"--config-name {shlex.quote(n)}" for n in names)
+    return MATRIX.hub_dataset_configs(wildcards.dataset)
 
 
+@per_job
 def run_config_arg(wildcards, output):
     """The run's resolved config, quoted for the shell.
 
     It takes `output`: a derived parameter, so no rerun trigger (it holds launcher and
     resources too); the trigger is HASHED_PARAMS.
     """
-    return shlex.quote(json.dumps(resolve_run_config(config, parse_run_id(wildcards.run)), sort_keys=True))
+    return MATRIX.run_config_json(wildcards.run)
 
 
-@functools.lru_cache(maxsize=None)
-def run_trigger_items(run):
-    """The run's `key=value` items of its hashed config (cached: one resolve per run, not per key)."""
-    return rerun_trigger_items(resolve_run_config(config, parse_run_id(run)))
+@per_job
+def run_dir_param(wildcards):
+    return run_dir(wildcards.run)
 
 
 def hashed_param(key):
     """A param function: `key=value` of the run's hashed config, or "" where the run has no such key."""
 
+    @per_job
     def param(wildcards):
-        return run_trigger_items(wildcards.run).get(key, "")
+        return MATRIX.trigger_items(wildcards.run).get(key, "")
 
     return param
 
@@ -147,13 +136,13 @@ def hashed_param(key):
 # results), so a changed key is named in the rerun reason; launcher, resources and poll intervals
 # never rerun a finished run. `hashed_absent` keeps "" in every job's set of values, so a key
 # added for another run's sake (a new scale, task) changes nothing for this one.
+# A key whose item is the same for every run is a plain string: no function call per job.
 HASHED_PARAMS = {"hashed_absent": ""}
-for _run in RUNS:
-    for _key in run_trigger_items(_run):
-        _name = "hashed_" + "".join(c if c.isalnum() else "_" for c in _key)
-        HASHED_PARAMS.setdefault(_name, hashed_param(_key))
+for _name, (_key, _same) in MATRIX.hashed_params().items():
+    HASHED_PARAMS[_name] = _same if _same is not None else hashed_param(_key)
 
 
+@per_job
 def restart_flag(wildcards, output):
     """`--restart` for the runs that `--config restart=...` names, else nothing.
 
@@ -188,19 +177,14 @@ def progress_args():
     """`python -m analysis progress`'s arguments: every run directory of the matrix, with --include-running
     under `--config include_running=true` (curves of running runs, from their work/ logs)."""
     flag = "--include-running " if config.get("include_running") else ""
-    run_dirs = " ".join(run_dir(r) for r in RUNS)
+    run_dirs = " ".join(MATRIX.run_dirs())
     return f"{flag}-- {run_dirs}"
 
 
 def running_steps():
     """Where the running runs stand (work/progress.json), under include_running: a parameter, so a later
     `snakemake figures --config include_running=true` redraws once a running run has moved on."""
-    if not config.get("include_running"):
-        return ""
-    steps = [
-        (r, Path(run_dir(r), "work", "progress.json")) for r in RUNS if not Path(run_file(r, "done.json")).exists()
-    ]
-    return " ".join(f"{r}@{json.loads(p.read_text())['step']}" for r, p in steps if p.exists())
+    return dag.running_steps(MATRIX.run_dirs()) if config.get("include_running") else ""
 
 
 def analysis_arg():

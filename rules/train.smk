@@ -79,7 +79,7 @@ rule train:
     params:
         **HASHED_PARAMS,
         run_config=run_config_arg,
-        run_dir=lambda w: run_dir(w.run),
+        run_dir=run_dir_param,
         restart=restart_flag,
         env=scale_env,
     shell:

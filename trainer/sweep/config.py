@@ -121,13 +121,15 @@ def _check_references(config: dict[str, Any]) -> None:
             f"launcher.array_window_s: job arrays are SLURM submissions, and launcher.backend is "
             f"{launcher.get('backend', 'local')!r}: remove it, or run with --profile slurm"
         )
-    runs = {str(r) for r in expand_matrix(config)} if not problems else set()
+    resolved = resolve_matrix(config) if not problems else {}
+    runs = {str(r) for r in resolved}
     if not problems and not runs:
         problems.append(
             f"matrices.{config['matrix']}: a matrix of 0 runs (give workflows and policies, or single_baseline: true)"
         )
     if not problems:
-        problems += _policy_group_problems(config) + _run_settings_problems(config)
+        cells = run_cells(resolved)
+        problems += _policy_group_problems(cells) + _run_settings_problems(config, cells)
     for name in restart_selection(config):
         if name != "all" and runs and name not in runs:
             problems.append(f"restart: {name!r} is not a run of matrix {config['matrix']!r} (a run id, or `all`)")
@@ -143,13 +145,12 @@ def _check_references(config: dict[str, Any]) -> None:
         raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
 
-def _policy_group_problems(config: dict[str, Any]) -> list[str]:
+def _policy_group_problems(cells: list[tuple[dict[str, Any], list[RunId]]]) -> list[str]:
     """Each run's training.policy_groups, where set, must route every role of its workflow once."""
     from trainer.workflows import workflow_class  # the roles live with the workflows
 
     problems = []
-    for run in expand_matrix(config):
-        run_config = resolve_run_config(config, run)
+    for run_config, (run, *_) in cells:
         groups = run_config["training"].get("policy_groups")
         if not groups:
             continue
@@ -167,18 +168,17 @@ def _policy_group_problems(config: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(problems))
 
 
-def _run_settings_problems(config: dict[str, Any]) -> list[str]:
-    """The checks across keys of trainer.settings (e.g. eval_samples > 1 needs sampling) on each run's
+def _run_settings_problems(config: dict[str, Any], cells: list[tuple[dict[str, Any], list[RunId]]]) -> list[str]:
+    """The checks across keys of trainer.settings (e.g. eval_samples > 1 needs sampling) on each cell's
     resolved training and task settings, each message once with the runs it concerns; and every task entry
     of `tasks` and of the overrides on its own (e.g. eval_problems on a train source), before any job."""
     runs_of: dict[str, list[str]] = {}
-    for run in expand_matrix(config):
-        run_config = resolve_run_config(config, run)
+    for run_config, runs in cells:
         try:
             settings.from_dict(settings.TrainingSettings, run_config["training"], "training")
-            settings.task_settings(run_config["task_params"], f"tasks.{run.task}")
+            settings.task_settings(run_config["task_params"], f"tasks.{runs[0].task}")
         except settings.SettingsError as e:
-            runs_of.setdefault(str(e), []).append(str(run))
+            runs_of.setdefault(str(e), []).extend(map(str, runs))
     problems = [f"{message} (runs: {', '.join(runs)})" for message, runs in runs_of.items()]
     sections = [("tasks", config["tasks"])] + [
         (f"overrides[{i}].tasks", o.get("tasks") or {}) for i, o in enumerate(config.get("overrides", []))
@@ -301,6 +301,30 @@ def resolve_run_config(config: dict[str, Any], run: RunId) -> dict[str, Any]:
         "tracking": copy.deepcopy(config.get("tracking") or {"backend": "none"}),  # not hashed: where logs are mirrored
         **_peak_window(config),
     }
+
+
+def resolve_matrix(config: dict[str, Any], runs: list[RunId] | None = None) -> dict[RunId, dict[str, Any]]:
+    """Every run of the matrix in use (or of `runs`) with its resolved config, each cell resolved once.
+
+    The runs of a cell differ in their seed alone, so they share the sections of one resolution: read
+    them, never modify them (resolve_run_config gives one run a copy of its own)."""
+    by_cell: dict[str, dict[str, Any]] = {}
+    resolved = {}
+    for run in expand_matrix(config) if runs is None else runs:
+        core = by_cell.get(run.cell)
+        if core is None:
+            core = by_cell[run.cell] = resolve_run_config(config, run)
+        resolved[run] = {**core, "run": str(run), **run.axes()}
+    return resolved
+
+
+def run_cells(resolved: dict[RunId, dict[str, Any]]) -> list[tuple[dict[str, Any], list[RunId]]]:
+    """The runs grouped by cell (runs that differ in their seed alone), in order, each group with its first
+    run's config: what a check of settings that no seed changes looks at once per cell."""
+    cells: dict[str, tuple[dict[str, Any], list[RunId]]] = {}
+    for run, run_config in resolved.items():
+        cells.setdefault(run.cell, (run_config, []))[1].append(run)
+    return list(cells.values())
 
 
 def _peak_window(config: dict[str, Any]) -> dict[str, int]:

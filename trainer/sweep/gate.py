@@ -24,9 +24,10 @@ import sys
 from typing import Any
 
 from trainer.contract.config import ConfigError
+from trainer.contract.runid import RunId
 from trainer.models.size import model_shape, parameter_count
 from trainer.rl.processes import world_size_of
-from trainer.sweep.config import expand_matrix, resolve_run_config
+from trainer.sweep.config import resolve_matrix, run_cells
 from trainer.sweep.cost import (
     ASSUMED_STARTUP_S,
     eval_chunk_episodes,
@@ -240,16 +241,27 @@ def assess(
     }
 
 
-def check_matrix(config: dict[str, Any], gpu: str = "H100", rates: list[dict[str, Any]] | None = None) -> list[str]:
+def check_matrix(
+    config: dict[str, Any],
+    gpu: str = "H100",
+    rates: list[dict[str, Any]] | None = None,
+    resolved: dict[RunId, dict[str, Any]] | None = None,
+) -> list[str]:
     """Raise ConfigError naming every refused run of the matrix (unless `allow_unfit_runs`); print the
-    warnings (and refusals let through) to stderr and return them."""
+    warnings (and refusals let through) to stderr and return them. `resolved`: resolve_matrix's (default:
+    the matrix in use). A cell's runs differ in their seed alone, which no verdict reads: each cell is
+    assessed once, and a cell that is not ok once per run, so that each line names its run."""
     rates = load_rates() if rates is None else rates
     refused, warned = [], []
-    for run in expand_matrix(config):
-        rc = resolve_run_config(config, run)
+    resolved = resolve_matrix(config) if resolved is None else resolved
+    for rc, runs in run_cells(resolved):
         device = gpu if rc["resources"].get("gpus", 0) else cpu_name()
-        row = assess(str(run), rc, config["scales"][run.scale], rates, device)
-        (refused if row["gate"] == "refuse" else warned if row["gate"] == "warn" else []).append(row["gate_reason"])
+        scale = config["scales"][runs[0].scale]
+        rows = [assess(str(runs[0]), rc, scale, rates, device)]
+        if rows[0]["gate"] != "ok":
+            rows += [assess(str(run), resolved[run], scale, rates, device) for run in runs[1:]]
+        for row in rows:
+            (refused if row["gate"] == "refuse" else warned if row["gate"] == "warn" else []).append(row["gate_reason"])
     if refused and not config.get("allow_unfit_runs", False):
         raise ConfigError(
             f"{len(refused)} runs cannot fit their jobs (the plan's gate, trainer/sweep/gate.py; "
