@@ -64,8 +64,9 @@ def calibration_figure(
         if not np.isfinite(r["threshold"]):  # never warns: a mark at the origin, no intervals
             ax.plot(x, y, "x", color=c, alpha=0.7, label=f"{r['detector']} (no threshold)")
             continue
-        xerr = [[x - r["false_alarm_lo"]], [r["false_alarm_hi"] - x]]
-        yerr = [[y - r["recall_lo"]], [r["recall_hi"] - y]]
+        # an interval's bound may sit a rounding error inside its value (Wilson at 0 of n): no negative bar
+        xerr = np.maximum([[x - r["false_alarm_lo"]], [r["false_alarm_hi"] - x]], 0)
+        yerr = np.maximum([[y - r["recall_lo"]], [r["recall_hi"] - y]], 0)
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3, alpha=0.85, label=r["detector"])
     ax.set_xlim(-0.03, 1.03)
     ax.set_ylim(-0.03, 1.08)

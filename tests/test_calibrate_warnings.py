@@ -20,6 +20,7 @@ import yaml
 from analysis import calibrate as cal
 from analysis.__main__ import main
 from analysis.calibrate_warnings import Goal, calibrate_all
+from analysis.intervals import wilson
 from analysis.settings import AnalysisSettings
 from trainer.contract import rundir
 from trainer.rl import early_warning as ew
@@ -241,3 +242,13 @@ def test_a_cliff_within_two_evals_of_the_start_counts_as_out_of_reach():
     assert judged["n_cliffs"] == 2 and judged["n_cliffs_reachable"] == 1 and judged["recall"] == 0
     table = pd.DataFrame([{**judged, "detector": "kl", "meets_goal": False}])
     assert "1 of the 2 held-out cliffs come less than 2 evals after the first train step" in verdict(table, Goal())
+
+
+def test_the_figure_draws_an_interval_whose_bound_rounds_past_its_value():
+    from analysis.warning_figures import calibration_figure
+
+    lo, _ = wilson(0, 18)
+    row = {"detector": "kl", "threshold": 0.5, "recall": 0.0, "recall_lo": lo + 1e-17, "recall_hi": 0.18}
+    row |= {"false_alarm_rate": 0.0, "false_alarm_lo": 1e-17, "false_alarm_hi": 0.19}
+    fig = calibration_figure(pd.DataFrame([row]), 0.75, 0.2, 2)
+    assert len(fig.axes[0].lines) >= 1
