@@ -189,7 +189,9 @@ def test_two_checkouts_of_one_pinned_config_give_equal_hashes(tmp_path: Path) ->
     a = checkout(tmp_path / "a", "/cache-a", HUB_SOURCES)
     assert main(["pin", "--config", str(a / "config.yaml"), "--prefetched", str(a / "results/prefetch")]) == 0
     text = (a / "config.yaml").read_text()
-    assert f'    model: Qwen/Qwen3-0.6B     # a Hugging Face id or a local path\n    revision: "{"1" * 40}"\n' in text
+    assert f'    model: Qwen/Qwen3-0.6B\n    revision: "{"1" * 40}"\n' in text
+    comments = [line for line in (ROOT / "config.yaml").read_text().splitlines() if line.lstrip().startswith("#")]
+    assert [line for line in text.splitlines() if line.lstrip().startswith("#")] == comments, "comments kept"
     assert f'path: MathArena/aime_2025, revision: "{"5" * 40}",' in text
     pinned = load_config(a / "config.yaml", ROOT / "rules/config.schema.yaml")  # valid against the schema
     assert {(s["kind"], s["name"]): s["revision"] for s in hub_sources(pinned)} == HUB_SOURCES
