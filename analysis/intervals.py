@@ -7,6 +7,9 @@
 - `bootstrap_mean_ci`, `bootstrap_stat_ci`, `bootstrap_two_groups`: percentile bootstrap over units (of one group
   or of two independent groups), with the caller's seeded generator.
 - `slope`, `pearson`: the statistics bootstrapped for dose-response and correlation (vectorised over resamples).
+- `t_quantile`, `t_mean_ci`: Student's t interval of a mean (a cell's few seeds: a percentile bootstrap of 3 values
+  is far too narrow); `resample_within`: bootstrap resamples of values within their strata (a cell's seeds, the
+  design kept).
 """
 
 from __future__ import annotations
@@ -193,3 +196,81 @@ def pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray | float:
             (sxx > 1e-12) & (syy > 1e-12) & (x.shape[-1] >= 3), (xc * yc).sum(axis=-1) / np.sqrt(sxx * syy), np.nan
         )
     return float(out) if out.ndim == 0 else out
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) (Lentz's continued fraction, Numerical Recipes 6.4)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast below this point: use the symmetry
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * (f - 1.0)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom (bisection on its CDF)."""
+    if not 0 < p < 1 or not df > 0:
+        raise ValueError(f"t_quantile: p must be in (0, 1) and df > 0, not p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+
+    def cdf(t: float) -> float:
+        return 1.0 - 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def t_mean_ci(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """Student's t interval of the mean of `values` (NaN, NaN with fewer than 2; NaNs dropped)."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    n = len(values)
+    if n < 2:
+        return math.nan, math.nan
+    half = t_quantile((1 + level) / 2, n - 1) * float(values.std(ddof=1)) / math.sqrt(n)
+    mean = float(values.mean())
+    return mean - half, mean + half
+
+
+def resample_within(values: np.ndarray, strata: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.ndarray:
+    """(n_boot, n) resamples of `values`, one a row: position j draws, with replacement, a value of j's stratum.
+
+    Each stratum keeps its size and its positions, so a design over the positions (a cell's factor levels) holds
+    for every resample: only the values within a stratum (a cell's seeds) are resampled. A drawn value's deviation
+    from its stratum's mean is scaled by sqrt(m / (m - 1)) (m values in the stratum): a plain resample spreads as
+    the sample's biased variance (short by (m - 1) / m, a third at 3 seeds), this one as its unbiased one.
+    """
+    values, strata = np.asarray(values, dtype=float), np.asarray(strata)
+    out = np.empty((n_boot, len(values)))
+    for s in np.unique(strata):
+        rows = np.flatnonzero(strata == s)
+        m = len(rows)
+        mean = values[rows].mean()
+        drawn = values[rows[rng.integers(0, m, (n_boot, m))]]
+        out[:, rows] = mean + (drawn - mean) * (np.sqrt(m / (m - 1)) if m > 1 else 1.0)
+    return out

@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from analysis.anova import nested_bases, sequential_ss, term_blocks
 from analysis.intervals import bootstrap_mean_ci
 from analysis.names import CELL, as_written, has_variants, with_variant, workflow_rank
 
@@ -131,28 +131,13 @@ def isolated_vs_shared(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int =
     return pd.DataFrame(out, columns=cols)
 
 
-def _one_hot(values: pd.Series) -> np.ndarray:
-    """Treatment-coded dummies (first level dropped) of one factor."""
-    levels = sorted(values.astype(str).unique())
-    v = values.astype(str).to_numpy()
-    return (
-        np.stack([(v == lvl).astype(float) for lvl in levels[1:]], axis=1) if len(levels) > 1 else np.zeros((len(v), 0))
-    )
-
-
-def _rss(x: np.ndarray, y: np.ndarray) -> float:
-    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
-    r = y - x @ beta
-    return float(r @ r)
-
-
 def variance_decomposition(
     summary: pd.DataFrame, factors: list[str] | None = None, interactions: bool = True
 ) -> pd.DataFrame:
     """Share of the variation of each gain explained by each factor, then each two-way interaction.
 
-    Sequential (type I) sums of squares: terms enter in the order given (factors, then their pairs), each
-    credited with the drop in residual sum of squares it brings; `residual` is what none explains.
+    Sequential (type I) sums of squares (analysis/anova.py): terms enter in the order given (factors, then their
+    pairs), each credited with the drop in residual sum of squares it brings; `residual` is what none explains.
     Multi-agent runs only (`single` has one policy, which would confound policy with workflow).
     """
     rows = primary_rows(summary)
@@ -161,33 +146,16 @@ def variance_decomposition(
     cols = ["term", "df"] + [f"{g}_{k}" for g in GAINS for k in ("ss", "share")]
     if len(rows) < 2:
         return pd.DataFrame(columns=cols)
-    dummies = {f: _one_hot(rows[f]) for f in factors}
-    terms: list[tuple[str, np.ndarray]] = [(f, dummies[f]) for f in factors]
-    if interactions:
-        for a, b in itertools.combinations(factors, 2):
-            da, db = dummies[a], dummies[b]
-            prod = np.einsum("ni,nj->nij", da, db).reshape(len(rows), -1)
-            terms.append((f"{a} x {b}", prod))
-    out = {name: {"term": name} for name, _ in terms}
-    out["residual"] = {"term": "residual"}
+    terms = term_blocks(rows, factors, 2 if interactions else 1)
+    nested = nested_bases([block for _, block in terms], len(rows))
+    out = pd.DataFrame(
+        {"term": [" x ".join(t) for t, _ in terms] + ["residual"], "df": nested.df + [nested.df_residual]}
+    )
     for gain in GAINS:
-        y = rows[gain].to_numpy(dtype=float)
-        x = np.ones((len(y), 1))
-        total = float(((y - y.mean()) ** 2).sum())
-        rss = _rss(x, y)
-        rank = 1
-        for name, block in terms:
-            x = np.hstack([x, block])
-            new = _rss(x, y)
-            new_rank = int(np.linalg.matrix_rank(x)) if x.shape[1] else 0
-            out[name]["df"] = new_rank - rank
-            out[name][f"{gain}_ss"] = max(rss - new, 0.0)
-            out[name][f"{gain}_share"] = max(rss - new, 0.0) / total if total > 0 else np.nan
-            rss, rank = new, new_rank
-        out["residual"]["df"] = len(y) - rank
-        out["residual"][f"{gain}_ss"] = rss
-        out["residual"][f"{gain}_share"] = rss / total if total > 0 else np.nan
-    return pd.DataFrame(list(out.values()), columns=cols)
+        ss, rss, total = sequential_ss(nested, rows[gain].to_numpy(dtype=float))
+        out[f"{gain}_ss"] = [*ss, rss]
+        out[f"{gain}_share"] = out[f"{gain}_ss"] / total if total > 0 else np.nan
+    return out[cols]
 
 
 def failure_signatures(summary: pd.DataFrame, signatures: pd.DataFrame) -> pd.DataFrame:
