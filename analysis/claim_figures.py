@@ -1,4 +1,5 @@
-"""A figure per claim (names.CLAIMS), drawn from the claim tables `analyse` writes and the per-run summary.
+"""A figure per claim (names.CLAIMS), drawn from the claim tables `analyse` writes and the per-run summary
+(claims 1 and 2: analysis/claim_gain_figures.py).
 
 Intervals are drawn as they are in the tables: a point estimate with its 95% interval, a dashed line at no effect.
 """
@@ -12,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.claim_gain_figures import claim_base_gain, claim_gain_factors  # noqa: E402
 from analysis.empty_figure import empty_figure  # noqa: E402
 from analysis.figure_data import MISSING, POLICY_COLOURS, Data, Grid, wf_name  # noqa: E402
 
@@ -192,6 +194,8 @@ def claim_capture_onset(data: Data, grid: Grid) -> plt.Figure:
 
 
 CLAIM_FIGURES = {
+    "claim_base_gain": claim_base_gain,
+    "claim_gain_factors": claim_gain_factors,
     "claim_cliff_incidence": claim_cliff_incidence,
     "claim_signature_rates": claim_signature_rates,
     "claim_amplification_dose": claim_amplification_dose,

@@ -1,6 +1,10 @@
 """A statistic for every claim of the study: the claim tables `analyse` writes (names.CLAIMS maps each to its
 table and figure).
 
+- `base_gain` (claim 1, analysis/claim_base_gain.py): per cell, the gain of training over the step-0 eval and over
+  the single agent, with seed intervals; the share of cells above zero and the mean gain.
+- `gain_factors` (claim 2, analysis/claim_gain_factors.py): the gains' variance by factor (omega squared), workflow x
+  task x scale against policy, with seed-bootstrap intervals.
 - `cliff_incidence` (claim 3): Isolated vs Shared cliff incidence, paired by cell (workflow, task, scale, variant)
   and seed: exact McNemar interval of the difference, and the peak-step difference with a bootstrap interval.
 - `signature_rates` (claim 4, analysis/claim_signatures.py): failure signatures as rates over every eval episode.
@@ -17,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.claim_amplification import amplification_dose
+from analysis.claim_base_gain import base_gain
+from analysis.claim_gain_factors import gain_factors
 from analysis.claim_signatures import signature_rates
 from analysis.intervals import bootstrap_mean_ci, mcnemar, wilson
 from analysis.tables import primary_rows
@@ -182,6 +188,8 @@ def claim_tables(
 ) -> dict[str, pd.DataFrame]:
     """Every claim table by its name in names.CLAIMS (each with its own generator of the same seed)."""
     return {
+        "base_gain": base_gain(summary, n_boot=n_boot, seed=seed),
+        "gain_factors": gain_factors(summary, n_boot=n_boot, seed=seed),
         "cliff_incidence": cliff_incidence(summary, n_boot=n_boot, seed=seed),
         "signature_rates": signature_rates(summary, curves, terminal_k=terminal_k, n_boot=n_boot, seed=seed),
         "amplification_dose": amplification_dose(summary, n_boot=n_boot, seed=seed),

@@ -14,6 +14,8 @@ FIGURES = {
     "isolated_gradients": "Gradient dynamics",
     "shared_capture": "Gradient dynamics",
     "early_warnings": "Cliffs",
+    "claim_base_gain": "Claims",
+    "claim_gain_factors": "Claims",
     "claim_cliff_incidence": "Claims",
     "claim_signature_rates": "Claims",
     "claim_amplification_dose": "Claims",
@@ -30,7 +32,9 @@ TABLES = {
     "failure_signatures": "Failure signatures",
     "skipped_runs": "Runs",  # runs of the matrix not analysed: missing, or left out with why
     "early_warnings": "Cliffs",  # per early-warning detector: fired before the cliff, lead time, false alarms
-    "cliff_incidence": "Claims",  # the claim tables (CLAIMS below): a statistic with an interval for each
+    "base_gain": "Claims",  # the claim tables (CLAIMS below): a statistic with an interval for each
+    "gain_factors": "Claims",
+    "cliff_incidence": "Claims",
     "signature_rates": "Claims",
     "amplification_dose": "Claims",
     "capture_onset": "Claims",
@@ -39,6 +43,8 @@ TABLES = {
 # The study's claims (docs/evaluation.md), each with the table that measures it (results/tables/) and its figure
 # (results/figures/): claim -> (table stem, figure stem). analysis/claims.py computes the tables.
 CLAIMS = {
+    "multi_agent_rl_improves_on_base": ("base_gain", "claim_base_gain"),
+    "gains_depend_on_workflow_task_scale_more_than_policy": ("gain_factors", "claim_gain_factors"),
     "isolated_falls_off_cliffs_more_often": ("cliff_incidence", "claim_cliff_incidence"),
     "failure_signatures_isolated_vs_shared": ("signature_rates", "claim_signature_rates"),
     "parallel_agents_amplify_isolated_gradients": ("amplification_dose", "claim_amplification_dose"),
