@@ -31,7 +31,7 @@ import pandas as pd
 
 from analysis.curves import summarize_curve
 from analysis.intervals import bootstrap_stat_ci, wilson
-from analysis.settings import AnalysisSettings
+from analysis.settings import AnalysisSettings, eval_every
 from trainer.contract import rundir
 from trainer.rl import early_warning as ew
 
@@ -85,7 +85,7 @@ def load_case(run_dir: str | Path, analysis: AnalysisSettings) -> Case:
     return Case(
         run=d.name,
         axes=axes,
-        eval_every=float(config["training"].get("eval_every", 1)),
+        eval_every=eval_every(config),
         cliff_step=float(curve["cliff_step"]),
         roles=ew.role_frames(train),
         first_step=float(train["step"].min()) if len(train) else math.inf,
