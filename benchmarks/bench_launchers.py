@@ -6,7 +6,7 @@ Usage (on the CI cluster, .ci/slurm-up): python benchmarks/bench_launchers.py [-
 
 Submits --runs short sleeping jobs, held in the queue (PENDING: in flight, using no node),
 then, for each mode, starts one launcher process per job running the launcher's real wait loop
-(trainer.sweep.launch.wait_and_stream) with PATH led by a shim that logs every squeue and sacct
+(trainer.sweep.job_watch.wait_and_stream) with PATH led by a shim that logs every squeue and sacct
 call, counts the calls over --window seconds once all launchers wait, and reads each launcher's
 resident memory (VmRSS). Every job is cancelled at the end.
 
@@ -79,7 +79,7 @@ def wait_one(job_id: str, folder: str, poll: float, shared: str | None, ready: s
     """One launcher: the real wait loop on job `job_id` (never returns while the job waits)."""
     import submitit
 
-    from trainer.sweep.launch import wait_and_stream
+    from trainer.sweep.job_watch import wait_and_stream
 
     assert "torch" not in sys.modules and "pandas" not in sys.modules, "the launcher imported torch or pandas"
     job = submitit.SlurmJob(folder=folder, job_id=job_id)

@@ -12,7 +12,7 @@ from tests.test_status import make_run
 from trainer.contract.rundir import write_json_atomic
 from trainer.rl.stopping import StoppableGenerator, StopRequested
 from trainer.sweep import status as status_module
-from trainer.sweep.launch import grace_warning, warn_on_short_grace
+from trainer.sweep.job_watch import grace_warning, warn_on_short_grace
 
 
 def test_generation_stops_at_the_next_call_once_the_flag_is_set() -> None:

@@ -38,15 +38,14 @@ import submitit
 from trainer.contract import rundir
 from trainer.contract.config import checkpoint_config, config_hash, hashed_view, resume_conflict
 from trainer.rl.processes import world_size_of
-from trainer.settings import LauncherSettings, ResourceSettings, from_dict
+from trainer.settings import ResourceSettings, from_dict
 from trainer.sweep.array_submit import ArraySubmitError, submit_in_array
+from trainer.sweep.job_watch import LaunchError, launcher_settings, log_tail, wait_and_stream
 from trainer.sweep.prefetch import content_hash, pin_prefetched
 from trainer.sweep.slurm_poll import LIVE_SLURM_STATES, SlurmError, cancel_slurm_job, slurm_jobs_tagged, slurm_state
 from trainer.sweep.train_job import TrainJob
 from trainer.workflows import role_facts
 
-VANISHED_GRACE_S = 60  # a job gone from squeue without a result file is failed after this long
-ENDED_GRACE_S = 20  # ... and one squeue shows ended (CANCELLED, FAILED, ...) after this long
 JOB_JSON = "job.json"
 LAUNCH_LOCK = "launch.lock"
 SUPERSEDED_DIR = "superseded"  # under work/: the state of earlier configs of a restarted run, kept
@@ -54,10 +53,6 @@ RESTART_HINT = (
     "to start it afresh: `python -m trainer launch ... --restart`, or with Snakemake "
     "`snakemake --config restart=RUN` (restart=all for every run that reruns)"
 )
-
-
-class LaunchError(RuntimeError):
-    """A run's job failed or could not be submitted; the message says which and why."""
 
 
 def resolve_run_config(
@@ -138,11 +133,6 @@ def job_tag(run: str, run_dir: Path) -> str:
     return f"{run}@{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]}"
 
 
-def launcher_settings(cfg: dict[str, Any]) -> LauncherSettings:
-    """The run config's `launcher` section, typed (its defaults in trainer.settings)."""
-    return from_dict(LauncherSettings, cfg["launcher"], "launcher")
-
-
 def make_executor(cfg: dict[str, Any], folder: Path, tag: str | None = None) -> submitit.Executor:
     """The submitit executor of the run's backend, with the run's resources.
 
@@ -221,97 +211,6 @@ def live_slurm_job(work: Path, tag: str | None = None) -> tuple[submitit.SlurmJo
     return None
 
 
-def grace_warning(cfg: dict[str, Any], progress: dict[str, Any] | None) -> str | None:
-    """A warning when launcher.signal_delay_s is shorter than the measured update + checkpoint time
-    (work/progress.json): a signal during an update could then not checkpoint before the kill."""
-    launcher = launcher_settings(cfg)
-    if not progress or launcher.backend != "slurm":
-        return None
-    needed = float(progress.get("update_s", 0)) + float(progress.get("checkpoint_s", 0))
-    delay = float(launcher.signal_delay_s)
-    if delay >= needed:
-        return None
-    return (
-        f"warning: launcher.signal_delay_s = {delay:.0f}s is shorter than the measured update + checkpoint "
-        f"time ({progress.get('update_s', 0):.0f}s + {progress.get('checkpoint_s', 0):.0f}s): a signal during an "
-        f"update can lose that step; raise launcher.signal_delay_s above {needed:.0f}"
-    )
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    """The last lines of a log file, or a note that it does not exist."""
-    if not path.exists():
-        return f"(no log at {path})"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def warn_on_short_grace(cfg: dict[str, Any], run_dir: Path, warned: set[str], out=sys.stderr) -> None:
-    """Write grace_warning's message once per run (the launcher's log)."""
-    path = run_dir / rundir.WORK_DIR / rundir.PROGRESS_JSON
-    try:
-        progress = json.loads(path.read_text()) if path.exists() else None
-    except json.JSONDecodeError:  # written atomically: only a file of another writer can be broken
-        progress = None
-    message = grace_warning(cfg, progress)
-    if message and message.split(":")[0] not in warned:
-        warned.add(message.split(":")[0])
-        out.write(f"[launcher] {message}\n")
-
-
-def wait_and_stream(
-    job: submitit.Job, poll_s: float, out=sys.stderr, cfg: dict[str, Any] | None = None, run_dir: Path | None = None
-) -> None:
-    """Block until the job ends, copying new lines of its stderr log (the trainer's progress) to `out`.
-
-    A SLURM job is watched through the sweep's shared squeue snapshot (slurm_poll: one call per
-    poll interval for all launchers; the runs folder beside `run_dir`) and its result file, never
-    submitit's watcher (a sacct call per launcher). Keeps waiting while the job is requeued (its
-    log continues in the same file). Raises LaunchError if it ends without writing a result.
-    """
-    pos, ended_since, last_state, warned = 0, None, "?", set()
-    shared = run_dir.parent if run_dir is not None else None
-    while True:
-        if cfg is not None and run_dir is not None:
-            warn_on_short_grace(cfg, run_dir, warned, out)
-        if isinstance(job, submitit.SlurmJob):
-            finished = job.paths.result_pickle.exists()
-            if not finished:
-                try:
-                    state = slurm_state(job.job_id, shared, poll_s)
-                except SlurmError as e:  # a passing failure: counted as not listed (failed after a grace)
-                    out.write(f"[launcher] {e}\n")
-                    state = None
-                if state != last_state:
-                    out.write(f"[launcher] SLURM job {job.job_id}: {state or 'no longer listed'}\n")
-                    last_state = state
-                ended_since = None if state in LIVE_SLURM_STATES else ended_since or time.time()
-                if ended_since and time.time() - ended_since > (ENDED_GRACE_S if state else VANISHED_GRACE_S):
-                    raise LaunchError(
-                        f"SLURM job {job.job_id} ended ({state or 'no longer listed'}) without a "
-                        f"result; rerun to resubmit (it resumes from the newest checkpoint)\n"
-                        f"--- tail of {job.paths.stderr} ---\n{log_tail(Path(job.paths.stderr))}"
-                    )
-        else:
-            finished = job.done()
-        pos = copy_new_lines(Path(job.paths.stderr), pos, out)
-        if finished:
-            return
-        time.sleep(poll_s)
-
-
-def copy_new_lines(path: Path, pos: int, out) -> int:
-    """Write what was appended to `path` since offset `pos` to `out`; return the new offset."""
-    if path.exists():
-        with open(path, errors="replace") as f:
-            f.seek(pos)
-            chunk = f.read()
-            pos = f.tell()
-        if chunk:
-            out.write(chunk)
-    out.flush()
-    return pos
-
-
 @contextlib.contextmanager
 def launch_lock(work: Path) -> Iterator[None]:
     """work/launch.lock held (blocking) while a launcher finds or submits the run's job."""
@@ -339,48 +238,50 @@ def log(cfg: dict[str, Any], msg: str) -> None:
     print(f"[{cfg['run']}] {msg}", file=sys.stderr, flush=True)
 
 
-def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submitit.Job | dict[str, Any]:
-    """Re-attach to the run's live job, or check that the run can resume and submit one.
+def adopt_live_job(cfg: dict[str, Any], work: Path, tag: str, restart: bool) -> submitit.Job | None:
+    """The run's live SLURM job, re-attached to where it runs under the current config; one of another config
+    is an error, or with `restart` cancelled (None then, as where no job lives)."""
+    live = live_slurm_job(work, tag)
+    if live is None:
+        return None
+    job, rec = live
+    if rec.get("config_hash", cfg["config_hash"]) == cfg["config_hash"]:
+        kept = " (it runs under the current config, so it is not restarted)" if restart else ""
+        log(cfg, f"re-attaching to SLURM job {job.job_id}{kept}")
+        return job
+    if not restart:
+        raise LaunchError(
+            f"run {cfg['run']}: SLURM job {job.job_id} runs it under another config "
+            f"(hash {rec['config_hash']}, now {cfg['config_hash']}); wait for it, or {RESTART_HINT}"
+        )
+    log(cfg, f"restart: cancelling SLURM job {job.job_id} (another config)")
+    try:
+        cancel_slurm_job(job.job_id)
+    except SlurmError as e:
+        raise LaunchError(f"run {cfg['run']}: {e}") from e
+    return None
 
-    Returns the job, or done.json's content when an earlier local trainer finished the run.
-    """
-    work, backend = run_dir / rundir.WORK_DIR, cfg["launcher"]["backend"]
-    tag = job_tag(cfg["run"], run_dir)
-    live = live_slurm_job(work, tag) if backend == "slurm" else None
-    if live is not None:
-        job, rec = live
-        if rec.get("config_hash", cfg["config_hash"]) == cfg["config_hash"]:
-            log(
-                cfg,
-                f"re-attaching to SLURM job {job.job_id}"
-                + (" (it runs under the current config, so it is not restarted)" if restart else ""),
-            )
-            return job
-        if not restart:
-            raise LaunchError(
-                f"run {cfg['run']}: SLURM job {job.job_id} runs it under another config "
-                f"(hash {rec['config_hash']}, now {cfg['config_hash']}); wait for it, or {RESTART_HINT}"
-            )
-        log(cfg, f"restart: cancelling SLURM job {job.job_id} (another config)")
-        try:
-            cancel_slurm_job(job.job_id)
-        except SlurmError as e:
-            raise LaunchError(f"run {cfg['run']}: {e}") from e
-    if backend != "slurm" and run_busy(work):
-        log(cfg, "a local trainer of an earlier launcher still runs this run: waiting for it")
-        return wait_for_local_trainer(work, run_dir, launcher_settings(cfg).poll_interval_s)
+
+def prepare_resume(cfg: dict[str, Any], run_dir: Path, restart: bool) -> None:
+    """Check that the run can resume under `cfg` (with `restart`, the state of another config is set aside
+    instead), then write its config.json."""
+    work = run_dir / rundir.WORK_DIR
     conflict = resume_conflict(cfg, work)
     if conflict and not restart:
         raise LaunchError(f"run {cfg['run']}: cannot resume: {conflict}. Restore the config, or {RESTART_HINT}")
     if conflict:
-        old_hash = checkpoint_config(work)[1]["config_hash"]
-        kept = set_aside_run_state(run_dir, old_hash)
+        kept = set_aside_run_state(run_dir, checkpoint_config(work)[1]["config_hash"])
         log(cfg, f"restart: {conflict}; its state and logs are moved to {kept}, the run starts afresh")
     elif restart and checkpoint_config(work) is not None:
         log(
             cfg, f"restart: its checkpoints are of the current config, so it resumes (delete {work} to start from zero)"
         )
     rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
+
+
+def submit_job(cfg: dict[str, Any], run_dir: Path, tag: str) -> submitit.Job:
+    """Submit the run's job (into a shared job array under launcher.array_window_s) and record it in work/job.json."""
+    work, backend = run_dir / rundir.WORK_DIR, cfg["launcher"]["backend"]
     folder, settings = work / "submitit", launcher_settings(cfg)
     folder.mkdir(parents=True, exist_ok=True)
     record = {
@@ -408,6 +309,23 @@ def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submiti
         )
     log(cfg, f"submitted {backend} job {job.job_id}")
     return job
+
+
+def find_or_submit(cfg: dict[str, Any], run_dir: Path, restart: bool) -> submitit.Job | dict[str, Any]:
+    """Re-attach to the run's live job, or check that the run can resume and submit one.
+
+    Returns the job, or done.json's content when an earlier local trainer finished the run.
+    """
+    work, backend = run_dir / rundir.WORK_DIR, cfg["launcher"]["backend"]
+    tag = job_tag(cfg["run"], run_dir)
+    job = adopt_live_job(cfg, work, tag, restart) if backend == "slurm" else None
+    if job is not None:
+        return job
+    if backend != "slurm" and run_busy(work):
+        log(cfg, "a local trainer of an earlier launcher still runs this run: waiting for it")
+        return wait_for_local_trainer(work, run_dir, launcher_settings(cfg).poll_interval_s)
+    prepare_resume(cfg, run_dir, restart)
+    return submit_job(cfg, run_dir, tag)
 
 
 def launch(

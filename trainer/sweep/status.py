@@ -22,7 +22,9 @@ from typing import Any
 
 from trainer.contract import rundir
 from trainer.sweep.config import expand_matrix
-from trainer.sweep.launch import JOB_JSON, LIVE_SLURM_STATES, grace_warning
+from trainer.sweep.job_watch import grace_warning
+from trainer.sweep.launch import JOB_JSON
+from trainer.sweep.slurm_poll import LIVE_SLURM_STATES
 
 ERROR_LINE = re.compile(r"(Error|Exception|error:|Traceback|CANCELLED|DUE TO TIME LIMIT|Killed)")
 
