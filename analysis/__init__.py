@@ -7,6 +7,7 @@ As the data flows: `runs` reads and checks one run directory; `per_run` makes it
 `claim_signatures`, `claim_amplification`, statistics in `intervals`); `figures` renders them (with
 `figure_data`, `gradient_figures` and `claim_figures`).
 `names` holds what the Snakemake rules share; `__main__` is the CLI the rules call. Of the trainer it
-imports only `trainer.contract` (the run-directory contract) and `trainer.settings`; never `trainer.rl`
+imports only `trainer.contract` (the run-directory contract), `trainer.settings` and
+`trainer.early_warning` (the detectors it replays in `calibrate`); never `trainer.rl`
 or `trainer.sweep` (tests/test_package_layers.py).
 """

@@ -1,7 +1,7 @@
 """Early-warning thresholds calibrated on one subset of a sweep's finished runs and judged on the rest.
 
 Every run is labelled from its eval.parquet (analysis/curves.py's cliff on its primary split: a cliff
-run with its cliff step, or a healthy one) and every detector of trainer/rl/early_warning.py is replayed
+run with its cliff step, or a healthy one) and every detector of trainer/early_warning.py is replayed
 over its train.parquet (`role_signals`, the trainer's own definition). A cliff counts as warned when a
 detector's first onset (any role) comes at a step <= cliff_step - min_lead_evals x eval_every; a healthy
 run is falsely warned when the detector fires at all.
@@ -32,8 +32,8 @@ import pandas as pd
 from analysis.curves import summarize_curve
 from analysis.intervals import bootstrap_stat_ci, wilson
 from analysis.settings import AnalysisSettings, eval_every
+from trainer import early_warning as ew
 from trainer.contract import rundir
-from trainer.rl import early_warning as ew
 
 AXES = ("workflow", "task", "scale", "policy", "seed", "variant")
 

@@ -26,7 +26,7 @@ from analysis.curves import DEFINITION_VERSIONS
 from analysis.settings import AnalysisSettings
 from analysis.tables import write_table
 from analysis.warning_figures import calibration_figure
-from trainer.rl import early_warning as ew
+from trainer import early_warning as ew
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The early warnings judged against the cliffs: per detector, over runs with and without a cliff.
 
-Reads each run's warnings.parquet (the trainer's detectors, trainer/rl/early_warning.py) and its cliff
+Reads each run's warnings.parquet (the trainer's detectors, trainer/early_warning.py) and its cliff
 step (analysis/curves.py's definition on the primary eval split). Per detector:
 - `runs_cliff`, `warned_before_cliff`: cliffed runs, and those where the detector's first onset came
   before the cliff step (`hit_rate` = their share);

@@ -3,7 +3,7 @@
     python -m benchmarks.bench_warnings [--out DIR] [--steps 300] [--seeds 3]
 
 Writes planted runs (cliffs, Shared capture, Isolated amplification planted), computes each run's
-warnings.parquet from its train.parquet with the trainer's detectors (trainer/rl/early_warning.py), the
+warnings.parquet from its train.parquet with the trainer's detectors (trainer/early_warning.py), the
 cliff step with analysis/curves.py, and prints analysis/warnings_judged.py's table: per detector, how
 often it fired before the cliff, the median lead time and the false-alarm rate on runs without a cliff.
 """

@@ -1,5 +1,5 @@
 """The trainer's early-warning detectors judged on planted synthetic runs (tests/synthetic_logs.py): each
-run's warnings.parquet computed from its train.parquet (trainer/rl/early_warning.py), its cliff step found
+run's warnings.parquet computed from its train.parquet (trainer/early_warning.py), its cliff step found
 by analysis/curves.py, and analysis/warnings_judged.py's table over the runs. benchmarks/bench_warnings.py
 prints the table."""
 
@@ -14,7 +14,7 @@ from analysis.curves import summarize_curve
 from analysis.warnings_judged import judge
 from tests.synthetic_logs import planted_run
 from trainer.contract import rundir
-from trainer.rl.early_warning import DETECTOR_NAMES, warnings_from_train
+from trainer.early_warning import DETECTOR_NAMES, warnings_from_train
 
 
 def judged_planted_runs(out: Path, steps: int, seeds: int) -> tuple[pd.DataFrame, int]:

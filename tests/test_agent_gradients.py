@@ -23,8 +23,8 @@ from tests.network import free_port
 from tests.runs import tiny_run_config
 from tests.test_distributed import RUN, SMALL, update_worker
 from tests.test_routing import VOCAB, make_trainer, separate_grads, separate_role_grad_norms, training
+from trainer import early_warning
 from trainer.contract import rundir
-from trainer.rl import early_warning
 from trainer.rl.agent_gradients import AGENT_COLUMNS, agent_columns, agent_metrics, role_agent_metrics, row_agent
 from trainer.rl.policies import routing_table
 from trainer.rl.train import Trainer
@@ -232,7 +232,7 @@ def test_a_run_logs_the_agent_columns_only_when_set(base_model: dict, tmp_path: 
             "max_steps": 1,
             "eval_every": 1,
             "eval_problems": 4,
-            **({"agent_gradients": True} if on else {}),
+            "agent_gradients": on,  # set both ways: config.yaml turns it on
         }
         write_run_config(tiny_run_config(RUN_ISOLATED, training), base_model, run_dir)
         Trainer(json.loads((run_dir / rundir.CONFIG_JSON).read_text()), run_dir, log=lambda msg: None).fit()

@@ -22,8 +22,8 @@ from analysis.__main__ import main
 from analysis.calibrate_warnings import Goal, calibrate_all
 from analysis.intervals import wilson
 from analysis.settings import AnalysisSettings
+from trainer import early_warning as ew
 from trainer.contract import rundir
-from trainer.rl import early_warning as ew
 
 STEPS, EVAL_EVERY, CLIFF_STEP, LEAD = 40, 4, 28, 12
 SURGE = 3.0  # the planted completion length over its flat level

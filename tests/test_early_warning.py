@@ -1,4 +1,4 @@
-"""Early-warning detectors (trainer/rl/early_warning.py): each fires on a planted signal at the planted
+"""Early-warning detectors (trainer/early_warning.py): each fires on a planted signal at the planted
 step and stays silent on a planted flat run; warnings.parquet has the contract's columns."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from trainer import early_warning as ew
 from trainer.contract import rundir
-from trainer.rl import early_warning as ew
 
 STEPS = 40
 ONSET = 25

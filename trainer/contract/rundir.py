@@ -25,7 +25,7 @@ TRAIN_PARQUET = "train.parquet"
 EVAL_PARQUET = "eval.parquet"
 SAMPLES_PARQUET = "samples.parquet"
 DONE_JSON = "done.json"
-WARNINGS_PARQUET = "warnings.parquet"  # early-warning events (trainer/rl/early_warning.py)
+WARNINGS_PARQUET = "warnings.parquet"  # early-warning events (trainer/early_warning.py)
 WORK_DIR = "work"
 # Under work/ (not read by analysis): the trainer's progress and last failure, for `trainer status`,
 # and the lock a training process holds.
@@ -179,7 +179,7 @@ def _eval_schema() -> pa.Schema:
 
 
 def _warnings_schema() -> pa.Schema:
-    """One row per early warning: a detector of trainer/rl/early_warning.py crossing its threshold (onset)
+    """One row per early warning: a detector of trainer/early_warning.py crossing its threshold (onset)
     on a role's signal at a step; `version` is that detector's definition version (DETECTOR_VERSIONS)."""
     import pyarrow as pa
 
@@ -207,7 +207,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# The detectors a warnings.parquet may name (trainer/rl/early_warning.py defines them; the analysis judges them).
+# The detectors a warnings.parquet may name (trainer/early_warning.py defines them; the analysis judges them).
 EARLY_WARNING_DETECTORS = (
     "entropy_collapse",
     "advantage_collapse",

@@ -8,6 +8,7 @@ the role -> policy routing and the policies' adapters and optimizers (`policies`
 and the training-inference mismatch), a backend's errors before work (`preflight`) and a run's process
 count (`processes`).
 May import `trainer.contract` (the files it writes, the config hash), `trainer.settings`,
+`trainer.early_warning` (the detectors it watches each step),
 `trainer.models`, `trainer.workflows` and `trainer.tasks`; never `trainer.sweep` (the launcher above it)
 nor `analysis` (tests/test_package_layers.py).
 """

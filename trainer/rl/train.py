@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
+from trainer import early_warning
 from trainer.contract import rundir
-from trainer.rl import early_warning, tracking
+from trainer.rl import tracking
 from trainer.rl.agent_gradients import agent_columns, row_agent
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
 from trainer.rl.distributed import Ranks, device_of, rank_seed

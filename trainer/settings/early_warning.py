@@ -12,7 +12,7 @@ SINGLE_DETECTORS = [d for d in EARLY_WARNING_DETECTORS if d != "combined"]  # wh
 
 @dataclass(frozen=True)
 class EarlyWarningSettings:
-    """Thresholds of the early-warning detectors (trainer/rl/early_warning.py)."""
+    """Thresholds of the early-warning detectors (trainer/early_warning.py)."""
 
     window: int = setting(3, "Steps in a signal's trailing mean and in the gradient norm's running baseline.", ge=1)
     baseline_steps: int = setting(3, "First steps whose mean entropy is a role's entropy baseline.", ge=1)

@@ -158,7 +158,7 @@ class TrainingSettings:
     )
     on_warning: str = setting(
         "log",
-        "What an early warning does (trainer/rl/early_warning.py): log (warnings.parquet and the progress log) "
+        "What an early warning does (trainer/early_warning.py): log (warnings.parquet and the progress log) "
         "or stop (checkpoint and end the run as done-early, named in done.json's stopped_early).",
         choices=("log", "stop"),
     )

@@ -126,7 +126,7 @@ def run_state(run: str, run_dir: Path, squeue: dict[str, str] | None) -> RunStat
     done = read_json(run_dir / rundir.DONE_JSON)
     # before run_is_done, which counts a done-early run as done
     if done and config and done.get("config_hash") == config["config_hash"] and done.get("stopped_early"):
-        w = done["stopped_early"]  # training.on_warning: stop (trainer/rl/early_warning.py)
+        w = done["stopped_early"]  # training.on_warning: stop (trainer/early_warning.py)
         return RunStatus(
             run,
             "done-early",
