@@ -26,7 +26,7 @@ from trainer.sweep.config import expand_matrix, load_config, load_yaml, resolve_
 
 DATA = Path(__file__).parent / "data"
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")
-VARIANT_RUNS = {"per_role": 36, "episode_groups": 36, "votes2": 12, "votes5": 12, "subtasks1": 12, "subtasks5": 12}
+VARIANT_RUNS = {"per_role": 24, "episode_groups": 36, "votes2": 12, "votes5": 12, "subtasks1": 12, "subtasks5": 12}
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from trainer import settings
 from trainer.contract.config import ConfigError
 from trainer.contract.peak import PEAK_WINDOW_KEY, SMOOTHING_WINDOW
 from trainer.contract.runid import RunId
+from trainer.sweep.duplicates import duplicate_run_problems
 from trainer.sweep.variants import deep_merge, variant_delta, variant_problems, variant_runs
 
 if TYPE_CHECKING:  # imported by validate_config alone: resolving and reading a run's config needs no
@@ -130,6 +131,7 @@ def _check_references(config: dict[str, Any]) -> None:
     if not problems:
         cells = run_cells(resolved)
         problems += _policy_group_problems(cells) + _run_settings_problems(config, cells)
+        problems += duplicate_run_problems(resolved, config["matrix"])
     for name in restart_selection(config):
         if name != "all" and runs and name not in runs:
             problems.append(f"restart: {name!r} is not a run of matrix {config['matrix']!r} (a run id, or `all`)")

@@ -3,8 +3,12 @@
 A variant `{name: delta}` adds, next to the matrix's plain runs, one run per multi-agent run with the
 suffix `-{name}` (trainer.contract.runid) whose settings are the plain run's with `delta` deep-merged in
 after the overrides. A delta that touches only `workflows.<w>` (a workflow knob such as n_votes) applies
-to runs of those workflows only: it would not change the others. The single-agent baseline is the
-reference of every cell and gets no variants.
+to runs of those workflows only: it would not change the others. Any other delta applies to the workflows
+its `applies_to` names (all multi-agent workflows of the matrix without it): named in the config, so that
+the matrix says which runs exist, and a variant that a workflow's code ignores (per-role rewards where the
+workflow has none) is left out where it would be that workflow's plain run again, which the config check
+refuses (trainer/sweep/duplicates.py). The single-agent baseline is the reference of every cell and gets no
+variants.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 from trainer.contract.runid import RunId
 
 SECTIONS = ("training", "resources", "workflows", "tasks")  # what a delta may set (the schema says the same)
+APPLIES_TO = "applies_to"  # a variant's key beside its sections: the workflows whose runs get it
 
 
 def matrix_variants(config: dict[str, Any], matrix: str) -> dict[str, dict[str, Any]]:
@@ -24,7 +29,10 @@ def matrix_variants(config: dict[str, Any], matrix: str) -> dict[str, dict[str, 
 
 
 def variant_workflows(delta: dict[str, Any]) -> set[str] | None:
-    """The workflows a delta is limited to (it touches nothing but their `workflows` entries), else None."""
+    """The workflows a variant is limited to: its `applies_to`, else those of a delta that touches nothing but
+    their `workflows` entries; None where it applies to every multi-agent workflow."""
+    if APPLIES_TO in delta:
+        return set(delta[APPLIES_TO])
     if set(delta) == {"workflows"} and delta["workflows"]:
         return set(delta["workflows"])
     return None
@@ -75,8 +83,8 @@ def deep_merge(base: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
 
 
 def variant_problems(config: dict[str, Any]) -> list[str]:
-    """What the schema cannot check of each matrix's variants: the workflows and tasks a delta names exist,
-    and a delta limited to some workflows has runs in its matrix."""
+    """What the schema cannot check of each matrix's variants: the workflows and tasks a delta names exist, the
+    workflows `applies_to` names are the matrix's, and a variant limited to some workflows has runs in its matrix."""
     problems = []
     for matrix, m in config["matrices"].items():
         for name, delta in (m.get("variants") or {}).items():
@@ -85,6 +93,11 @@ def variant_problems(config: dict[str, Any]) -> list[str]:
                 for key in delta.get(section, {}):
                     if key not in config[section]:
                         problems.append(f"{where}.{section}.{key}: {key!r} has no entry in `{section}`")
+            stray = [w for w in delta.get(APPLIES_TO, []) if w not in m["workflows"]]
+            if stray:
+                problems.append(
+                    f"{where}.{APPLIES_TO}: {stray} not among matrix {matrix!r}'s workflows ({m['workflows']})"
+                )
             limited = variant_workflows(delta)
             if limited is not None and not limited & set(m["workflows"]):
                 problems.append(
