@@ -7,15 +7,15 @@ are missing and the order matters, policy is credited first). The full factorial
 residual is the spread of seeds within a cell.
 
 A term's share is omega squared, (SS - df x MSE) / (SS_total + MSE): its sum of squares less what seed noise
-alone puts into that many degrees of freedom, over the total variance. Raw shares (`ss_share`) credit noise to the
-term with the most columns (the setting has many more than policy), so under no effect at all they would favour
-the claim; omega squared is near 0 for a term without effect, and may fall below it.
+alone puts into that many degrees of freedom, over the total variance: near 0 for a term without effect (and may
+fall below). A raw share (`ss_share`, as `variance_decomposition` gives) credits each term with the noise in its
+degrees of freedom, so under no effect at all it favours the group with more of them.
 
-Groups: `setting` = the terms of workflow, task and scale alone (their mains and interactions); `policy` = every
-term with policy (its main effect and its interactions: everything sharing changes); `variant` = the terms of a
-variant without policy. The claim's statistic: `setting - policy`, the difference of the two groups' shares.
-Intervals: percentile bootstrap that resamples seeds within each cell (the design kept; analysis/intervals.py
-`resample_within`).
+Groups: `workflow x task x scale terms` = the terms of those factors alone (their main effects and interactions);
+`policy terms` = every term with policy (its main effect and its interactions: everything sharing changes);
+`variant terms without policy`. The claim's statistic, `setting - policy`: the first group's share less the
+second's. Intervals: percentile bootstrap that resamples the seeds within each cell (the design kept;
+analysis/intervals.py `resample_within`), less the bootstrap's own bias (`_interval`).
 """
 
 from __future__ import annotations
