@@ -122,6 +122,12 @@ def run_dir_param(wildcards):
     return run_dir(wildcards.run)
 
 
+@per_job
+def hashed_outside(wildcards):
+    """A run outside the matrix: its hashed items that the matrix's plain string params do not hold."""
+    return MATRIX.items_outside(wildcards.run)
+
+
 def hashed_param(key):
     """A param function: `key=value` of the run's hashed config, or "" where the run has no such key."""
 
@@ -136,8 +142,9 @@ def hashed_param(key):
 # results), so a changed key is named in the rerun reason; launcher, resources and poll intervals
 # never rerun a finished run. `hashed_absent` keeps "" in every job's set of values, so a key
 # added for another run's sake (a new scale, task) changes nothing for this one.
-# A key whose item is the same for every run is a plain string: no function call per job.
-HASHED_PARAMS = {"hashed_absent": ""}
+# A key whose item is the same for every run is a plain string: no function call per job;
+# `hashed_outside` holds what those strings do not of a run outside the matrix (a target of its own).
+HASHED_PARAMS = {"hashed_absent": "", "hashed_outside": hashed_outside}
 for _name, (_key, _same) in MATRIX.hashed_params().items():
     HASHED_PARAMS[_name] = _same if _same is not None else hashed_param(_key)
 

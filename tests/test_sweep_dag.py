@@ -161,3 +161,15 @@ def test_finished_and_running_runs_are_read_from_their_directories(tmp_path):
     assert finished_runs_stamp(dirs) == "voting-math-tiny-shared-s0@1700000000000000000"
     assert running_steps(dirs) == "voting-math-tiny-shared-s1@7"  # a finished run is not running
     assert finished_runs_stamp([waiting]) == "" == running_steps([waiting])
+
+
+def test_a_run_outside_the_matrix_keeps_the_items_the_shared_params_lack():
+    config = config_of("demo")
+    config["overrides"].append({"match": {"scale": "qwen3-0.6b"}, "training": {"beta": 0.25}})
+    matrix = MatrixRuns(config, "results")
+    shared = {same for _, same in matrix.hashed_params().values() if same is not None}
+    assert all(matrix.items_outside(r) == "" for r in matrix.run_ids)
+    outside = "voting-math-qwen3-0.6b-shared-s0"
+    items = set(matrix.trigger_items(outside).values())
+    assert items - shared and matrix.items_outside(outside) == " ".join(sorted(items - shared))
+    assert "training.beta=0.25" in items - shared and "training.beta=0.25" not in shared

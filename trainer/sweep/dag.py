@@ -53,6 +53,7 @@ class MatrixRuns:
         self._trigger_items: dict[str, dict[str, str]] = {}
         self._per_cell: dict[tuple[str, str], Any] = {}
         self._hub_specs: list[dict[str, Any]] | None = None
+        self._shared_items: set[str] | None = None  # hashed_params' plain string items
 
     def run(self, run_id: str) -> RunId:
         """The RunId of a run id of the matrix, or of any valid run id (a target Snakemake was given)."""
@@ -110,7 +111,18 @@ class MatrixRuns:
         for key, items in values.items():
             item = next(iter(items)) if len(items) == 1 and runs_with[key] == len(self.run_ids) else None
             params.setdefault(hashed_param_name(key), (key, item if item is not None and "{" not in item else None))
+        self._shared_items = {item for _, item in params.values() if item is not None}
         return params
+
+    def items_outside(self, run_id: str) -> str:
+        """For a run outside the matrix (a target of its own), its hashed items that the shared string params of
+        hashed_params do not hold, sorted and space-separated: so that a change of such a setting still reruns
+        it. "" for a run of the matrix, whose items the params hold."""
+        if run_id in self._runs:
+            return ""
+        if self._shared_items is None:
+            self.hashed_params()
+        return " ".join(sorted(set(self.trigger_items(run_id).values()) - self._shared_items))
 
     def prefetch_inputs(self, run_id: str) -> list[str]:
         """The prefetch JSONs a run's train job needs: its scale's model (a hub id or local path; not `tiny`)
