@@ -20,7 +20,7 @@ from trainer.__main__ import main
 from trainer.contract.config import config_hash
 from trainer.contract.runid import parse_run_id
 from trainer.sweep.config import load_config, load_yaml, resolve_run_config
-from trainer.sweep.launch import resolve_run_config as launch_config
+from trainer.sweep.launch import config_json_content
 from trainer.sweep.pins import hub_sources
 from trainer.sweep.prefetch import (
     PrefetchError,
@@ -93,11 +93,11 @@ def test_a_pinned_revision_is_part_of_the_config_hash(tmp_path: Path) -> None:
     }
     assert {c: g["revision"] for c, g in got.items()} == {COMMIT_A: COMMIT_A, COMMIT_B: COMMIT_B}
     dataset = {"kind": "dataset", "name": "open-r1/DAPO-Math-17k-Processed", "revision": "c" * 40}
-    a = launch_config(rc, base, [got[COMMIT_A], dataset])
-    b = launch_config(rc, base, [got[COMMIT_B], dataset])
+    a = config_json_content(rc, base, [got[COMMIT_A], dataset])
+    b = config_json_content(rc, base, [got[COMMIT_B], dataset])
     assert a["model"]["revision"] == COMMIT_A and a["task_params"]["train"]["revision"] == "c" * 40
     assert "revision" not in a["task_params"]["eval"][1], "aime_2025 was not prefetched here"
-    assert len({a["config_hash"], b["config_hash"], launch_config(rc, base)["config_hash"]}) == 3
+    assert len({a["config_hash"], b["config_hash"], config_json_content(rc, base)["config_hash"]}) == 3
     assert "revision" not in rc["model"], "the matrix's own config is left as it was"
 
 
@@ -113,10 +113,10 @@ def test_a_local_model_path_is_hashed_by_content(tmp_path: Path) -> None:
     rc = paper_run_config()
     rc["model"]["name"] = str(model)
     base = {"scale": "qwen3-0.6b", "path": str(model)}
-    assert launch_config(rc, base)["base_model"]["content_hash"] == content_hash(model)  # tiny's path too
-    pinned = launch_config(rc, base, [first])
+    assert config_json_content(rc, base)["base_model"]["content_hash"] == content_hash(model)  # tiny's path too
+    pinned = config_json_content(rc, base, [first])
     assert pinned["model"]["content_hash"] == first["content_hash"]
-    assert config_hash(pinned) != config_hash(launch_config(rc, base, [prefetch(str(model), "model")]))
+    assert config_hash(pinned) != config_hash(config_json_content(rc, base, [prefetch(str(model), "model")]))
 
 
 def test_a_job_that_needs_the_network_fails_at_once_naming_it(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def checkout_run_config(root: Path, run: str = RUN) -> dict:
     )
     base = {"scale": rc["scale"], "model": rc["model"]["name"], "path": rc["model"]["name"]}
     docs = [json.loads(p.read_text()) for p in sorted((root / "results/prefetch").rglob("*.json"))]
-    return launch_config(
+    return config_json_content(
         rc,
         base,
         [

@@ -12,7 +12,7 @@ from trainer.contract import rundir
 from trainer.contract.config import ConfigError
 from trainer.contract.runid import WORKFLOW_NAME, RunId, parse_run_id
 from trainer.sweep.config import load_yaml, resolve_run_config, validate_config
-from trainer.sweep.launch import resolve_run_config as config_json_content
+from trainer.sweep.launch import config_json_content
 from trainer.workflows import WORKFLOWS, Workflow, register, role_facts, workflow_class
 
 SCHEMA = load_yaml(ROOT / "rules" / "config.schema.yaml")

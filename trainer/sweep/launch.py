@@ -55,7 +55,7 @@ RESTART_HINT = (
 )
 
 
-def resolve_run_config(
+def config_json_content(
     run_config: dict[str, Any], base_model: dict[str, Any], prefetched: list[dict[str, Any]] = ()
 ) -> dict[str, Any]:
     """What config.json holds: the run config with the prefetched revisions pinned, the base model it
@@ -95,7 +95,7 @@ def rerun_trigger_items(run_config: dict[str, Any]) -> dict[str, str]:
 
 def write_run_config(run_config: dict[str, Any], base_model: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """config.json: the resolved run config, the base model it starts from, and the content hash."""
-    cfg = resolve_run_config(run_config, base_model)
+    cfg = config_json_content(run_config, base_model)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_json_atomic(cfg, run_dir / rundir.CONFIG_JSON)
@@ -338,7 +338,7 @@ def launch(
     """Submit (or re-attach to) the run's job and wait for it; return done.json's content."""
     run_dir = Path(run_dir)
     base_model = json.loads(Path(base_model_json).read_text())
-    cfg = resolve_run_config(run_config, base_model, [json.loads(Path(p).read_text()) for p in prefetched])
+    cfg = config_json_content(run_config, base_model, [json.loads(Path(p).read_text()) for p in prefetched])
     work = run_dir / rundir.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     backend = cfg["launcher"]["backend"]

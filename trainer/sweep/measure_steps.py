@@ -97,7 +97,7 @@ def measure(
     out=sys.stdout,
 ) -> list[Path]:
     """Measure one run per workflow and task of the matrix on this machine; record each; return the files."""
-    from trainer.sweep.launch import resolve_run_config as with_base_model
+    from trainer.sweep.launch import config_json_content
 
     runs = runs_to_measure(config, matrix)
     missing = sorted(
@@ -116,7 +116,7 @@ def measure(
     for run in runs:
         run_config = resolve_run_config(config, run)
         base = json.loads((Path(results) / "models" / run.scale / "model.json").read_text())
-        m = measure_run(with_base_model(run_config, base), steps, extra)
+        m = measure_run(config_json_content(run_config, base), steps, extra)
         entry = {
             "model": run_config["model"]["name"],
             "backend": run_config["training"]["generation_backend"],
