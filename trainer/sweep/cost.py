@@ -17,13 +17,23 @@ time_min x (1 + max_num_timeout).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from typing import Any
 
 from trainer.models.size import STUDY_MODELS, parameter_count
 from trainer.rl.processes import world_size_of
-from trainer.settings import TrainingSettings, default_of, eval_problem_limit, is_eval_step
+from trainer.settings import (
+    LauncherSettings,
+    ResourceSettings,
+    SourceSettings,
+    TaskSettings,
+    TinySettings,
+    TrainingSettings,
+    eval_problem_limit,
+    from_dict,
+)
 from trainer.workflows import workflow_class
 
 # dense bf16 peak FLOP/s of the devices the plan can estimate for (the vendors' datasheets); `cpu`: two
@@ -39,29 +49,39 @@ ASSUMED_EVAL_PROBLEMS = 1500
 KNOWN_SPLIT_SIZES = {"human_eval": 164, "MathArena/aime_2025": 30, "lighteval/code_generation_lite:v4_v5": 268}
 
 
+def training_of(run_config: dict[str, Any]) -> TrainingSettings:
+    """A run config's `training`, typed (the defaults where it lacks a key)."""
+    return from_dict(TrainingSettings, run_config["training"], "training")
+
+
+def eval_sources(run_config: dict[str, Any]) -> list[SourceSettings]:
+    """A run config's eval splits, typed."""
+    return from_dict(TaskSettings, run_config["task_params"], "task_params").eval
+
+
 def run_turns(run_config: dict[str, Any]) -> int:
     """The most model calls a run makes: turns per episode times its training and eval episodes.
 
     A cost estimate that needs no model: the train rule's priority, so that the longest runs of
     a sweep start first and none is left running alone at its end.
     """
-    t = run_config["training"]
-    train = t["max_steps"] * t["prompts_per_step"] * t["num_generations"]
+    t = training_of(run_config)
+    train = t.max_steps * t.prompts_per_step * t.num_generations
     cls = workflow_class(run_config["workflow"], run_config["workflow_params"])
     return cls.max_turns(run_config["workflow_params"]) * (train + eval_count(t) * eval_episodes(run_config))
 
 
-def eval_count(t: dict[str, Any]) -> int:
+def eval_count(t: TrainingSettings) -> int:
     """How many evals a run makes (step 0 and every eval_every steps, and the last)."""
-    return sum(is_eval_step(step, t["eval_every"], t["max_steps"]) for step in range(t["max_steps"] + 1))
+    return sum(t.is_eval_step(step) for step in range(t.max_steps + 1))
 
 
-def split_problems(spec: dict[str, Any], training: dict[str, Any]) -> tuple[int, bool]:
+def split_problems(source: SourceSettings, t: TrainingSettings) -> tuple[int, bool]:
     """Problems one eval of a split takes, and whether that number is ASSUMED_EVAL_PROBLEMS: a split read
     whole (`eval_problems: all`) whose size the config does not say (a hub or local file before it is read)."""
-    limit = eval_problem_limit(spec.get("eval_problems"), training["eval_problems"])
-    known = (spec.get("source"), f"{spec.get('path')}:{spec.get('config_name')}", spec.get("path"))
-    size = spec.get("size") or next((KNOWN_SPLIT_SIZES[k] for k in known if k in KNOWN_SPLIT_SIZES), None)
+    limit = eval_problem_limit(source.eval_problems, t.eval_problems)
+    known = (source.source, f"{source.path}:{source.config_name}", source.path)
+    size = source.size or next((KNOWN_SPLIT_SIZES[k] for k in known if k in KNOWN_SPLIT_SIZES), None)
     if limit is None:
         return (size, False) if size else (ASSUMED_EVAL_PROBLEMS, True)
     return min(size or limit, limit), False
@@ -69,27 +89,23 @@ def split_problems(spec: dict[str, Any], training: dict[str, Any]) -> tuple[int,
 
 def eval_episodes(run_config: dict[str, Any]) -> int:
     """Episodes per eval: each split's problems (split_problems) times training.eval_samples (k)."""
-    t = run_config["training"]
-    k = t.get("eval_samples", default_of(TrainingSettings, "eval_samples"))
-    return k * sum(split_problems(spec, t)[0] for spec in run_config["task_params"]["eval"])
+    t = training_of(run_config)
+    return t.eval_samples * sum(split_problems(source, t)[0] for source in eval_sources(run_config))
 
 
 def eval_chunk_episodes(run_config: dict[str, Any]) -> int:
     """Episodes of one eval's largest chunk (training.eval_chunk_problems problems of a split, times k): the
     work a requeued job cannot resume inside (trainer/rl/evaluation.py saves each finished chunk)."""
-    t = run_config["training"]
-    k = t.get("eval_samples", default_of(TrainingSettings, "eval_samples"))
-    chunk = t.get("eval_chunk_problems", default_of(TrainingSettings, "eval_chunk_problems"))
-    return k * max(min(split_problems(spec, t)[0], chunk) for spec in run_config["task_params"]["eval"])
+    t = training_of(run_config)
+    sizes = [min(split_problems(source, t)[0], t.eval_chunk_problems) for source in eval_sources(run_config)]
+    return t.eval_samples * max(sizes)
 
 
 def assumed_splits(run_config: dict[str, Any]) -> list[str]:
     """The eval splits of a run whose problems the plan assumes (ASSUMED_EVAL_PROBLEMS), by name."""
-    t = run_config["training"]
+    t = training_of(run_config)
     return [
-        spec.get("name") or f"eval{i}"
-        for i, spec in enumerate(run_config["task_params"]["eval"])
-        if split_problems(spec, t)[1]
+        source.name or f"eval{i}" for i, source in enumerate(eval_sources(run_config)) if split_problems(source, t)[1]
     ]
 
 
@@ -97,10 +113,7 @@ def model_parameters(scale: dict[str, Any]) -> int | None:
     """A scale's parameter count: the tiny model's from its spec, the study's models' from their published
     shapes, any other's from its config.json in the local Hugging Face cache; None when unknown."""
     if scale["model"] == "tiny":
-        tiny = scale["tiny"]
-        return parameter_count(
-            {**tiny, "num_key_value_heads": tiny.get("num_key_value_heads", tiny["num_attention_heads"])}
-        )
+        return parameter_count(dataclasses.asdict(from_dict(TinySettings, scale["tiny"], "tiny")))
     if scale["model"] in STUDY_MODELS:
         return parameter_count(STUDY_MODELS[scale["model"]])
     try:
@@ -125,12 +138,14 @@ def estimated_rate(params: int, device: str) -> dict[str, Any] | None:
 
 def predict_run(run_config: dict[str, Any], rate: dict[str, Any]) -> dict[str, float]:
     """Calls, tokens and seconds of a run at `rate` (a measured entry or an estimate), and whether it fits."""
-    t, res, launcher = run_config["training"], run_config["resources"], run_config["launcher"]
+    t = training_of(run_config)
+    res = from_dict(ResourceSettings, run_config["resources"], "resources")
+    launcher = from_dict(LauncherSettings, run_config["launcher"], "launcher")
     cls = workflow_class(run_config["workflow"], run_config["workflow_params"])
-    world = world_size_of(res)
+    world = world_size_of(run_config["resources"])
     calls_per_episode = rate.get("calls_per_episode") or cls.max_turns(run_config["workflow_params"])
-    tokens_per_call = rate.get("tokens_per_call") or t["max_completion_length"]
-    calls = t["prompts_per_step"] * t["num_generations"] * calls_per_episode
+    tokens_per_call = rate.get("tokens_per_call") or t.max_completion_length
+    calls = t.prompts_per_step * t.num_generations * calls_per_episode
     tokens = calls * tokens_per_call
     step_s = (tokens / rate["generate_tokens_per_s"] + tokens / rate["update_tokens_per_s"]) / world
     eval_tokens = eval_episodes(run_config) * (
@@ -138,19 +153,19 @@ def predict_run(run_config: dict[str, Any], rate: dict[str, Any]) -> dict[str, f
     )
     eval_s = eval_count(t) * eval_tokens / (rate.get("eval_tokens_per_s") or rate["generate_tokens_per_s"]) / world
     startup_s = rate.get("startup_s") or ASSUMED_STARTUP_S
-    checkpoints_s = (t["max_steps"] // t["save_every"] + 1) * (rate.get("checkpoint_s") or 0.0)
-    run_s = startup_s + t["max_steps"] * step_s + eval_s + checkpoints_s
-    limit_s = res["time_min"] * 60 * (1 + launcher["max_num_timeout"])
-    requeues = max(0, math.ceil(run_s / (res["time_min"] * 60)) - 1)  # each loses a step and a restart
+    checkpoints_s = (t.max_steps // t.save_every + 1) * (rate.get("checkpoint_s") or 0.0)
+    run_s = startup_s + t.max_steps * step_s + eval_s + checkpoints_s
+    limit_s = res.time_min * 60 * (1 + launcher.max_num_timeout)
+    requeues = max(0, math.ceil(run_s / (res.time_min * 60)) - 1)  # each loses a step and a restart
     return {
         "calls_per_step": calls,
         "tokens_per_step": tokens,
         "step_s": step_s,
         "eval_s": eval_s,
         "run_s": run_s,
-        "gpu_hours": run_s * res.get("gpus", 0) / 3600,
+        "gpu_hours": run_s * res.gpus / 3600,
         "time_limit_s": limit_s,
-        "fits": run_s + requeues * (startup_s + step_s) <= limit_s and startup_s + step_s < res["time_min"] * 60,
+        "fits": run_s + requeues * (startup_s + step_s) <= limit_s and startup_s + step_s < res.time_min * 60,
     }
 
 
@@ -161,7 +176,7 @@ def rate_for(
     for its model, or estimated (stated); (None, why) when there is nothing to plan from."""
     from trainer.sweep.measured import find_rate
 
-    backend = run_config["training"]["generation_backend"]
+    backend = training_of(run_config).generation_backend
     found = find_rate(rates, device, scale["model"], backend, run_config["workflow"], run_config["task"])
     if found is not None:
         what = "its workflow and task" if found.get("workflow") else "its model (lengths at their maxima)"
@@ -172,7 +187,8 @@ def rate_for(
             f"no measurement on {device} and the size of {scale['model']} is unknown: run "
             f"`snakemake prefetch` (then the plan reads its config.json) or `plan --measure` on the device"
         )
-    estimate = estimated_rate(params, device if run_config["resources"].get("gpus") else "cpu")
+    gpus = from_dict(ResourceSettings, run_config["resources"], "resources").gpus
+    estimate = estimated_rate(params, device if gpus else "cpu")
     if estimate is None:
         return None, (
             f"no measurement on {device} and no peak FLOP/s known for it (known: {sorted(PEAK_FLOPS)}): "

@@ -33,9 +33,11 @@ from trainer.sweep.cost import (
     eval_chunk_episodes,
     eval_count,
     eval_episodes,
+    eval_sources,
     predict_run,
     rate_for,
     split_problems,
+    training_of,
 )
 from trainer.sweep.measured import cpu_name, load_rates
 from trainer.workflows import workflow_class
@@ -131,12 +133,12 @@ def run_memory_gib(run_config: dict[str, Any], scale: dict[str, Any]) -> float:
 
 def eval_description(run_config: dict[str, Any]) -> str:
     """One eval's splits as the messages name them: `dapo_holdout 1500 (ASSUMED) + aime2025 30 problems x 5`."""
-    t = run_config["training"]
+    t = training_of(run_config)
     parts = []
-    for i, spec in enumerate(run_config["task_params"]["eval"]):
-        n, assumed = split_problems(spec, t)
-        parts.append(f"{spec.get('name') or f'eval{i}'} {n}{' (ASSUMED)' if assumed else ''}")
-    return f"{' + '.join(parts)} problems x {t.get('eval_samples', 1)} samples"
+    for i, source in enumerate(eval_sources(run_config)):
+        n, assumed = split_problems(source, t)
+        parts.append(f"{source.name or f'eval{i}'} {n}{' (ASSUMED)' if assumed else ''}")
+    return f"{' + '.join(parts)} problems x {t.eval_samples} samples"
 
 
 def chunk_share(run_config: dict[str, Any]) -> float:
@@ -170,7 +172,7 @@ def verdict(
     if not predicted:
         return "ok", ""
     # an estimate below the lower bound is impossible: the bound stands in for it
-    eval_one_s = max(predicted["eval_s"] / max(1, eval_count(run_config["training"])), bounds["eval_bound_s"])
+    eval_one_s = max(predicted["eval_s"] / max(1, eval_count(training_of(run_config))), bounds["eval_bound_s"])
     measured = source.startswith("measured")
     if measured and startup_s + share * eval_one_s > job_s:
         return "refuse", (
@@ -221,7 +223,7 @@ def assess(
                 f"{device_gib:.0f} GiB: lower training.micro_batch_tokens"
             ),
         )
-    evals = max(1, eval_count(run_config["training"]))
+    evals = max(1, eval_count(training_of(run_config)))
     eval_one_s = predicted.get("eval_s", float("nan")) / evals
     if bounds["eval_bound_s"] > eval_one_s:  # an estimate below the lower bound: the bound stands in for it
         eval_one_s = bounds["eval_bound_s"]
