@@ -96,6 +96,14 @@ def test_a_value_outside_its_choices_is_refused_naming_it() -> None:
     assert generated == list(ts.GENERATION_BACKENDS)
 
 
+def test_each_allowed_backend_has_its_builder() -> None:
+    """The rollout backends and trackers the settings allow are the ones the trainer builds (one list each)."""
+    from trainer.rl import rollout, tracking
+
+    assert set(rollout.BUILDERS) == set(ts.GENERATION_BACKENDS)
+    assert set(tracking.BACKEND_CLASSES) | {"none"} == set(ts.TRACKING_BACKENDS)
+
+
 def leaves(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every property schema that describes a value (not a container of further property schemas)."""
     if not isinstance(node, dict):

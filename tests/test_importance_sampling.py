@@ -156,7 +156,7 @@ def test_a_vllm_train_step_writes_the_ratio_into_train_parquet(tmp_path, monkeyp
                 c.logprobs = (lp - LN2).tolist()[: len(c.completion_ids)]
             return out
 
-    monkeypatch.setattr(rollout, "_vllm_generator", EngineLike)
+    monkeypatch.setitem(rollout.BUILDERS, "vllm", EngineLike)
     monkeypatch.setattr(train, "check_run", lambda cfg: None)  # preflight: vllm is not installed here
     model_dir = save_random_qwen3(tmp_path / "model", small_vocab_tokenizer(), hidden_size=32, num_hidden_layers=1)
     cfg = real_scale_config(

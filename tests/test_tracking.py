@@ -21,6 +21,7 @@ from tests.runs import tiny_run_config
 from trainer.rl import tracking, wandb_log
 from trainer.rl.run import run_training
 from trainer.rl.train import Trainer
+from trainer.settings import TrackingSettings, from_dict
 from trainer.sweep.launch import write_run_config
 
 RUN = "voting-math-tiny-isolated-s0"
@@ -195,12 +196,12 @@ def test_a_restart_is_a_new_wandb_run_and_the_id_is_stable(tmp_path):
 
 
 def test_the_tracking_uri_comes_from_the_config_else_the_environment(tmp_path, monkeypatch):
-    settings = tracking.tracking_settings({})
+    settings = TrackingSettings()
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert tracking.mlflow_uri(settings, tmp_path) == (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5001")
     assert tracking.mlflow_uri(settings, tmp_path) == "http://127.0.0.1:5001"
-    given = tracking.tracking_settings({"tracking": {"mlflow_tracking_uri": "http://127.0.0.1:5002"}})
+    given = TrackingSettings(mlflow_tracking_uri="http://127.0.0.1:5002")
     assert tracking.mlflow_uri(given, tmp_path) == "http://127.0.0.1:5002"
 
 
@@ -232,9 +233,9 @@ def test_a_raising_tracker_changes_nothing(tmp_path, base_model, reference, monk
 
 
 def test_tracking_settings_name_bad_keys():
-    assert tracking.tracking_settings({})["backend"] == "none"
-    assert tracking.tracking_settings({"tracking": {"backend": "wandb"}})["backend"] == "wandb"
-    with pytest.raises(ValueError, match="tracking: unknown key.*projekt"):
-        tracking.tracking_settings({"tracking": {"projekt": "x"}})
-    with pytest.raises(ValueError, match="tracking.backend: 'neptune'"):
-        tracking.tracking_settings({"tracking": {"backend": "neptune"}})
+    assert from_dict(TrackingSettings, {}, "tracking").backend == "none"
+    assert from_dict(TrackingSettings, {"backend": "wandb"}, "tracking").backend == "wandb"
+    with pytest.raises(ValueError, match="tracking.projekt: unknown key"):
+        from_dict(TrackingSettings, {"projekt": "x"}, "tracking")
+    with pytest.raises(ValueError, match="tracking.backend: 'neptune' is not one of none, mlflow"):
+        from_dict(TrackingSettings, {"backend": "neptune"}, "tracking")

@@ -28,6 +28,7 @@ import pickle
 import random
 import shutil
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from trainer.contract import rundir
 from trainer.rl.checkpoint_files import fsync_path
 from trainer.rl.distributed import Ranks, rank_seed
 from trainer.rl.seeding import step_seed
+from trainer.settings import TrainingSettings
 from trainer.tasks import Problem
 from trainer.workflows import Episode, score_episodes
 
@@ -160,6 +162,42 @@ def split_rows(
                 }
             )
     return row, samples
+
+
+def evaluate_splits(
+    step: int,
+    splits: dict[str, list[Problem]],
+    workflow: Any,
+    task: Any,
+    generate: Any,
+    ranks: Ranks,
+    t: TrainingSettings,
+    seed: int,
+    progress: EvalProgress,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every split's eval.parquet row and samples.parquet rows at `step`: each split run in chunks of
+    training.eval_chunk_problems problems (run_split), k = training.eval_samples episodes a problem."""
+    eval_rows: list[dict[str, Any]] = []
+    sample_rows: list[dict[str, Any]] = []
+    for i, (split, problems) in enumerate(splits.items()):
+        t0 = time.time()
+        episodes = run_split(
+            workflow,
+            generate,
+            ranks,
+            problems,
+            t.eval_samples,
+            t.eval_chunk_problems,
+            lambda c: chunk_seed(seed, step, c),
+            progress,
+            i,
+        )
+        row, samples = split_rows(
+            step, split, episodes, t.eval_samples, workflow, task, seed, t.samples_per_eval, time.time() - t0
+        )
+        eval_rows.append(row)
+        sample_rows += samples
+    return eval_rows, sample_rows
 
 
 class EvalProgress:

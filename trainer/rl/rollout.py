@@ -7,6 +7,7 @@ picks one (`make_generator`): `hf`, or `vllm` (trainer.rl.vllm_engine, the `vllm
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 import torch
@@ -15,6 +16,7 @@ from trainer.contract.config import ConfigError
 from trainer.models import memory
 from trainer.models.chat import chat_prompt, stop_token_ids
 from trainer.rl.policies import PolicySet
+from trainer.settings import TrainingSettings
 from trainer.workflows import Completion
 
 
@@ -214,11 +216,18 @@ class HFGenerator:
         return results
 
 
+def _hf_generator(policies: PolicySet, tokenizer: Any, training: TrainingSettings, **kwargs: Any) -> GenerationBackend:
+    """Hugging Face generate (HFGenerator); the engine's arguments (seed, ranks, revision) are the vllm backend's."""
+    for key in ("seed", "ranks", "revision"):
+        kwargs.pop(key)
+    return HFGenerator(policies, tokenizer, **kwargs)
+
+
 def _vllm_generator(
     policies: PolicySet,
     tokenizer: Any,
+    training: TrainingSettings,
     *,
-    training: dict[str, Any],
     seed: int,
     ranks: Any = None,
     revision: str | None = None,
@@ -233,7 +242,7 @@ def _vllm_generator(
     return VLLMGenerator(
         policies,
         tokenizer,
-        training=training,
+        training=dataclasses.asdict(training),  # the engine's helpers (trainer/rl/preflight.py) read a dict
         seed=seed,
         max_model_len=max_len,
         ranks=ranks,
@@ -242,27 +251,35 @@ def _vllm_generator(
     )
 
 
-# training.generation_backend -> constructor (the config schema lists the same names)
-_BACKENDS = {"hf": HFGenerator, "vllm": _vllm_generator}
+# one builder per value trainer.settings.GENERATION_BACKENDS allows (tests/test_config_schema.py checks)
+BUILDERS = {"hf": _hf_generator, "vllm": _vllm_generator}
 
 
 def make_generator(
-    backend: str,
+    training: TrainingSettings,
     policies: PolicySet,
     tokenizer: Any,
-    training: dict[str, Any] | None = None,
+    *,
+    temperature: float,
+    device: str | torch.device = "cpu",
     seed: int = 0,
     ranks: Any = None,
     revision: str | None = None,
-    **kwargs: Any,
 ) -> GenerationBackend:
-    """The rollout backend named by `training.generation_backend` (HFGenerator's arguments; the vllm
-    backend also reads `training` (its engine knobs), the run's `seed`, this process's `ranks`
-    (distributed.Ranks: one engine per rank) and the base model's pinned `revision`)."""
-    if backend not in _BACKENDS:
-        raise ConfigError(f"training.generation_backend: unknown backend {backend!r} (one of {', '.join(_BACKENDS)})")
-    if backend == "vllm":
-        return _vllm_generator(
-            policies, tokenizer, training=training or {}, seed=seed, ranks=ranks, revision=revision, **kwargs
-        )
-    return HFGenerator(policies, tokenizer, **kwargs)
+    """The rollout backend `training.generation_backend` names, sampling at `temperature` (training's or
+    eval's) with training's lengths and nucleus; the vllm backend also takes the run's `seed`, this
+    process's `ranks` (distributed.Ranks: one engine per rank) and the base model's pinned `revision`."""
+    return BUILDERS[training.generation_backend](
+        policies,
+        tokenizer,
+        training,
+        max_new_tokens=training.max_completion_length,
+        temperature=temperature,
+        top_p=training.top_p,
+        enable_thinking=training.enable_thinking,
+        device=device,
+        generation_memory_gb=training.generation_memory_gb,
+        seed=seed,
+        ranks=ranks,
+        revision=revision,
+    )

@@ -19,7 +19,6 @@ A tracker failure is logged and never stops training (its rows are retried at th
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -34,21 +33,7 @@ from trainer.contract.runid import parse_run_id
 from trainer.rl import wandb_log
 from trainer.settings import TrackingSettings
 
-BACKENDS = ("none", "mlflow", "tensorboard", "wandb")
 TRACKING_JSON = "tracking.json"  # under work/: backend, the tracker's run id, the last flushed step
-DEFAULTS = dataclasses.asdict(TrackingSettings())  # their home: trainer.settings
-
-
-def tracking_settings(run_config: dict[str, Any]) -> dict[str, Any]:
-    """The run config's `tracking` section over the defaults (the one place that reads its keys)."""
-    given = run_config.get("tracking") or {}
-    unknown = sorted(set(given) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"tracking: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
-    out = {**DEFAULTS, **given}
-    if out["backend"] not in BACKENDS:
-        raise ValueError(f"tracking.backend: {out['backend']!r} is not one of {BACKENDS}")
-    return out
 
 
 def metric_dict(
@@ -80,12 +65,10 @@ def wandb_run_id(run: str, config_hash: str, restarts: int = 0) -> str:
     return f"{run[:48]}-{digest}"
 
 
-def mlflow_uri(settings: dict[str, Any], store: Path) -> str:
+def mlflow_uri(settings: TrackingSettings, store: Path) -> str:
     """tracking.mlflow_tracking_uri, else MLFLOW_TRACKING_URI, else a file store under the tracking dir."""
     return (
-        settings["mlflow_tracking_uri"]
-        or os.environ.get("MLFLOW_TRACKING_URI")
-        or (store / "mlruns").resolve().as_uri()
+        settings.mlflow_tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or (store / "mlruns").resolve().as_uri()
     )
 
 
@@ -94,15 +77,15 @@ class MlflowBackend:
 
     rewinds = False
 
-    def __init__(self, settings: dict[str, Any], store: Path):
+    def __init__(self, settings: TrackingSettings, store: Path):
         # MLflow 3 refuses its file store unless told (it prefers a database); the file store is what works
         # offline on a compute node with mlflow-skinny alone, so opt in for this process
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=mlflow_uri(settings, store))
-        self.project = settings["project"]
-        self.tags = settings["tags"]
+        self.project = settings.project
+        self.tags = settings.tags
 
     def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int, restarts: int) -> str:
         if tracker_id:
@@ -134,8 +117,8 @@ class TensorboardBackend:
 
     rewinds = True  # purge_step drops the steps after the checkpoint a resume starts from
 
-    def __init__(self, settings: dict[str, Any], store: Path):
-        self.root = store / "tensorboard" / settings["project"]
+    def __init__(self, settings: TrackingSettings, store: Path):
+        self.root = store / "tensorboard" / settings.project
         self.writer = None
 
     def open(self, run: str, tracker_id: str | None, config: dict[str, Any], purge_step: int, restarts: int) -> str:
@@ -166,7 +149,7 @@ class WandbBackend:
 
     rewinds = False
 
-    def __init__(self, settings: dict[str, Any], store: Path):
+    def __init__(self, settings: TrackingSettings, store: Path):
         import wandb
 
         self.wandb, self.store, self.settings, self.handle = wandb, store, settings, None
@@ -183,12 +166,12 @@ class WandbBackend:
             x_save_requirements=False,
         )
         self.handle = self.wandb.init(
-            project=self.settings["project"],
+            project=self.settings.project,
             id=run_id,
             name=run,
             resume="allow",
             group=parse_run_id(run).cell,
-            tags=list(self.settings["tags"]) or None,
+            tags=list(self.settings.tags) or None,
             config=config,
             dir=str(self.store),
             reinit="create_new",
@@ -210,22 +193,23 @@ class WandbBackend:
         return self.handle.starting_step - 1 if self.handle.resumed else -1
 
 
+# one class per tracker trainer.settings.TRACKING_BACKENDS allows beside `none` (tests/test_config_schema.py checks)
 BACKEND_CLASSES = {"mlflow": MlflowBackend, "tensorboard": TensorboardBackend, "wandb": WandbBackend}
 
 
 class Tracker:
     """The trainer's one handle on a tracker; every call is guarded: a failure is logged, never raised."""
 
-    def __init__(self, run_config: dict[str, Any], run_dir: Path, log: Callable[[str], None]):
-        self.settings = tracking_settings(run_config)
-        self.cfg, self.log, self.run = run_config, log, run_config["run"]
+    def __init__(
+        self, settings: TrackingSettings, run_config: dict[str, Any], run_dir: Path, log: Callable[[str], None]
+    ):
+        """`settings`: the run's tracking section; `run_config`: its config.json, recorded as the tracker run's config."""
+        self.settings, self.cfg, self.log, self.run = settings, run_config, log, run_config["run"]
         self.state_path = Path(run_dir) / rundir.WORK_DIR / TRACKING_JSON
-        store = (
-            Path(self.settings["dir"]) if self.settings["dir"] else Path(run_dir).resolve().parent.parent / "tracking"
-        )
+        store = Path(settings.dir) if settings.dir else Path(run_dir).resolve().parent.parent / "tracking"
         self.backend = None
-        if self.settings["backend"] != "none":
-            self.backend = self._guard("start", lambda: BACKEND_CLASSES[self.settings["backend"]](self.settings, store))
+        if settings.backend != "none":
+            self.backend = self._guard("start", lambda: BACKEND_CLASSES[settings.backend](settings, store))
         self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
         self.tracker_id: str | None = None
 
@@ -233,9 +217,7 @@ class Tracker:
         try:
             return call()
         except Exception as e:  # the parquet files are the truth: training goes on
-            self.log(
-                f"tracking ({self.settings['backend']}) failed at {what}: {type(e).__name__}: {e}; training goes on"
-            )
+            self.log(f"tracking ({self.settings.backend}) failed at {what}: {type(e).__name__}: {e}; training goes on")
             return None
 
     def resume_at(self, step: int) -> None:
@@ -258,7 +240,7 @@ class Tracker:
         held = self._guard("read back", lambda: self.backend.held_step(self.tracker_id))
         if held is not None and held < after:
             self.log(
-                f"tracking ({self.settings['backend']}): the tracker holds steps up to {held}, not {after} "
+                f"tracking ({self.settings.backend}): the tracker holds steps up to {held}, not {after} "
                 f"(the last process was killed before they were written); sending the steps after {held}"
             )
             self.state = {**self.state, "flushed_step": held}
@@ -290,7 +272,7 @@ class Tracker:
                 metrics.setdefault(step, {}).update(kv)
         if self._guard("log", lambda: self.backend.log(self.tracker_id, metrics) or True):
             self.state = {
-                "backend": self.settings["backend"],
+                "backend": self.settings.backend,
                 "tracker_id": self.tracker_id,
                 "flushed_step": upto,
                 "restarts": int(self.state.get("restarts", 0)),

@@ -12,8 +12,7 @@ job calls (the run's lock and failure record around it).
 
 from __future__ import annotations
 
-import os
-import socket
+import dataclasses
 import sys
 import threading
 import time
@@ -25,21 +24,23 @@ import torch
 from trainer import early_warning
 from trainer.contract import rundir
 from trainer.rl import tracking
-from trainer.rl.agent_gradients import agent_columns, row_agent
 from trainer.rl.checkpoint import ResumeError, load_checkpoint, sampler_state, save_checkpoint, write_run_logs
 from trainer.rl.distributed import Ranks, device_of, rank_seed
-from trainer.rl.evaluation import EvalProgress, chunk_seed, run_split, split_rows
+from trainer.rl.evaluation import EvalProgress, evaluate_splits
 from trainer.rl.grpo import assign_rewards_and_advantages
+from trainer.rl.inputs import load_base, load_eval_splits, load_train_problems
 from trainer.rl.peak_keeper import PeakKeeper
 from trainer.rl.policies import Policy, PolicySet, routing_table
 from trainer.rl.preflight import check_run
 from trainer.rl.rollout import make_generator
+from trainer.rl.run_records import done_record, eval_summary, progress_record, step_line
 from trainer.rl.seeding import epoch_order, seed_everything, step_seed
 from trainer.rl.stopping import StoppableGenerator, StopRequested, pause_for_tests
-from trainer.rl.update import IS_COLUMNS, GradientRecorder, PolicyUpdater, Row, collate, micro_batches
+from trainer.rl.train_rows import NAN, role_row
+from trainer.rl.update import GradientRecorder, PolicyUpdater, Row, collate, micro_batches, policy_rows
 from trainer.rl.weight_sync import logp_mismatch
-from trainer.settings import RunSettings, eval_problem_limit
-from trainer.tasks import Problem, get_task, load_problems
+from trainer.settings import RunSettings, TrackingSettings
+from trainer.tasks import Problem, get_task
 from trainer.workflows import Episode, Turn, make_workflow, score_episodes
 
 __all__ = ["GradientRecorder", "ResumeError", "Row", "Trainer", "TrainingError", "collate", "micro_batches"]
@@ -69,7 +70,6 @@ class Trainer:
     ):
         self.ranks = ranks or Ranks.single()  # DDP: this process's rank (trainer/rl/distributed.py)
         self.settings = settings if isinstance(settings, RunSettings) else RunSettings.from_dict(settings)
-        self.cfg = self.settings.raw  # the config.json dict: rewritten into checkpoints as it is
         self.t = t = self.settings.training
         self.run_dir = Path(run_dir)
         self.work = self.run_dir / rundir.WORK_DIR
@@ -81,75 +81,49 @@ class Trainer:
         seed_everything(self.settings.seed)
         if self.device == "cpu":
             torch.set_num_threads(max(1, self.settings.resources.cpus // self.ranks.world_size))
-        check_run(self.cfg)  # a rollout backend that cannot start fails before the model loads
-        self.tokenizer, base = (tokenizer, model) if model is not None else self._load_base()
+        check_run(self.settings.raw)  # a rollout backend that cannot start fails before the model loads
+        self.tokenizer, base = (tokenizer, model) if model is not None else load_base(self.settings, self.device)
         self.task = get_task(
             self.settings.task, allow_unisolated_sandbox=self.settings.launcher.allow_unisolated_sandbox
         )
-        self.workflow = make_workflow(self.settings.workflow, self.cfg["workflow_params"], self.task)
+        params = dataclasses.asdict(self.settings.workflow_params)  # the workflows read their knobs as a dict
+        self.workflow = make_workflow(self.settings.workflow, params, self.task)
         self.routing = routing_table(self.settings.policy, self.workflow.roles, t.policy_groups)
         self.policies = PolicySet(base, self.routing, t)
         self.ranks.broadcast_params([x for p in self.policies for x in p.params])  # DDP: rank 0's adapters
         self.updater = PolicyUpdater(self.policies, t, self.tokenizer.pad_token_id, self.device, self.ranks)
         self.recorders = self.updater.recorders
-        common = dict(
-            max_new_tokens=t.max_completion_length,
-            top_p=t.top_p,
-            enable_thinking=t.enable_thinking,
-            device=self.device,
-            generation_memory_gb=t.generation_memory_gb,
-            training=self.cfg["training"],
-            seed=self.settings.seed,  # the vllm engine's knobs and seed,
-            ranks=self.ranks,
-            revision=self.settings.model.revision,
-        )  # its rank, the model's pinned commit
-        self.generate = StoppableGenerator(
-            make_generator(t.generation_backend, self.policies, self.tokenizer, temperature=t.temperature, **common)
-        )
-        self.eval_generate = StoppableGenerator(
-            make_generator(
-                t.generation_backend, self.policies, self.tokenizer, temperature=t.eval_temperature, **common
-            )
-        )
+        self.generate, self.eval_generate = self._generators()  # training's sampling, then eval's
         self.timings = {"update_s": 0.0, "checkpoint_s": 0.0}  # the longest seen: what a signal must wait for
         self.resumed_at: int | None = None  # the step resume() restored (its eval may reuse saved chunks)
-        self._load_problems()
+        self.train_problems, self.eval_splits = load_train_problems(self.settings), load_eval_splits(self.settings)
         self.train_rows, self.eval_rows, self.sample_rows = [], [], []  # the parquet logs' rows, as dicts
         self.warning_rows: list[dict[str, Any]] = []  # early warnings (early_warning.py): warnings.parquet
-        self.warning_thresholds = early_warning.thresholds_of(self.cfg["training"])
+        self.warning_thresholds = early_warning.checked(dataclasses.asdict(t.early_warning))
         self.peak = PeakKeeper(
             self.work, next(iter(self.eval_splits)), self.settings.peak_smoothing_window, enabled=self.ranks.is_main
         )  # the policies at the best smoothed eval so far
         # the optional tracker mirrors the rows after each completed step and at publish (rank 0's alone)
-        self.tracker = tracking.Tracker(
-            self.cfg if self.ranks.is_main else {**self.cfg, "tracking": {}}, self.run_dir, self.log
+        tracker_settings = self.settings.tracking if self.ranks.is_main else TrackingSettings()
+        self.tracker = tracking.Tracker(tracker_settings, self.settings.raw, self.run_dir, self.log)
+
+    def _generators(self) -> tuple[StoppableGenerator, StoppableGenerator]:
+        """The rollout backend at training's temperature and at eval's (vllm: one engine serves both)."""
+        return tuple(
+            StoppableGenerator(
+                make_generator(
+                    self.t,
+                    self.policies,
+                    self.tokenizer,
+                    temperature=temperature,
+                    device=self.device,
+                    seed=self.settings.seed,
+                    ranks=self.ranks,
+                    revision=self.settings.model.revision,
+                )
+            )
+            for temperature in (self.t.temperature, self.t.eval_temperature)
         )
-
-    def _load_problems(self) -> None:
-        """The train problems and each eval split's (its eval_problems, else training's), from the sources."""
-        params = self.cfg["task_params"]  # the source dicts as written (trainer.tasks reads them)
-        self.train_problems = load_problems(self.settings.task, params["train"], "train")
-        self.eval_splits = {}
-        for i, spec in enumerate(params["eval"]):
-            spec = {**spec, "train_spec": params["train"]} if spec.get("from_train_holdout") else spec
-            name = self.settings.task_params.eval[i].name or f"eval{i}"
-            limit = eval_problem_limit(self.settings.task_params.eval[i].eval_problems, self.t.eval_problems)
-            self.eval_splits[name] = load_problems(self.settings.task, spec, "eval")[:limit]
-
-    def _load_base(self):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        info = self.settings.base_model
-        dtype = getattr(torch, self.settings.model.dtype) if self.device.startswith("cuda") else torch.float32
-        revision = self.settings.model.revision  # pinned by the prefetch rule (hub ids only)
-        tokenizer = AutoTokenizer.from_pretrained(info["path"], revision=revision)
-        model = AutoModelForCausalLM.from_pretrained(info["path"], dtype=dtype, revision=revision).to(self.device)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        if self.t.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            model.enable_input_require_grads()
-        return tokenizer, model
 
     # -- data ------------------------------------------------------------------------------
     def prompts_for_step(self, step: int) -> list[Problem]:
@@ -182,20 +156,8 @@ class Trainer:
         return self.updater.update(policy, rows)
 
     def policy_rows(self, policy: Policy, turns: list[Turn]) -> list[Row]:
-        """The step's training samples of `policy`: its roles' turns that generated tokens."""
-        return [
-            Row(
-                t.role,
-                t.completion.prompt_ids,
-                t.completion.completion_ids,
-                t.advantage,
-                t.reward,
-                row_agent(t.role, t.agent, self.workflow.parallel_role),
-                t.completion.logprobs,
-            )
-            for t in turns
-            if self.routing[t.role] == policy.name and t.completion.completion_ids
-        ]
+        """The step's training samples of `policy`: its roles' turns that generated tokens (update.policy_rows)."""
+        return policy_rows(policy.name, turns, self.routing, self.workflow.parallel_role)
 
     def train_step(self, step: int) -> None:
         t0 = time.time()
@@ -214,37 +176,17 @@ class Trainer:
             stats = self.update(policy, self.ranks.shard(self.policy_rows(policy, turns)))  # DDP: this rank's share
             lr = policy.scheduler.get_last_lr()[0]
             for role in policy.roles:
-                rt = [t for t in turns if t.role == role]
-                rewards = torch.tensor([t.reward for t in rt], dtype=torch.float64)
-                s = stats.get(role, {})
-                tokens = s.get("tokens", 0.0) or float("nan")
-                self.train_rows.append(
-                    {
-                        "step": step,
-                        "role": role,
-                        "policy": policy.name,
-                        "n_turns": len(rt),
-                        "n_tokens": int(sum(len(t.completion.completion_ids) for t in rt)),
-                        "reward_mean": float(rewards.mean()) if len(rt) else float("nan"),
-                        "reward_std": float(rewards.std()) if len(rt) > 1 else float("nan"),
-                        "adv_abs_mean": sum(abs(t.advantage) for t in rt) / len(rt) if rt else float("nan"),
-                        "loss": s.get("loss", float("nan")),
-                        "grad_norm": s.get("grad_norm", float("nan")),
-                        "grad_sq_share": s.get("grad_sq_share", float("nan")),
-                        "grad_cos_others": s.get("grad_cos_others", float("nan")),
-                        "entropy": s.get("entropy", float("nan")) / tokens,
-                        "kl": s.get("kl", float("nan")) / tokens,
-                        "clip_ratio": s.get("clipped", float("nan")) / tokens,
-                        "completion_len_mean": sum(len(t.completion.completion_ids) for t in rt) / max(len(rt), 1),
-                        "lr": lr,
-                        "skipped": bool(s.get("skipped", False)),
-                        "time_s": time.time() - t0,
-                        "logp_mismatch": mismatch.get(role, float("nan")),
-                        "zero_var_group_share": zero_var.get(role, float("nan")),
-                        **{k: s[k] for k in IS_COLUMNS if k in s},  # vllm_importance_sampling_correction's ratio
-                        **(agent_columns(s) if self.t.agent_gradients else {}),  # per-agent gradients (voters, workers)
-                    }
+                signals = {
+                    "lr": lr,
+                    "time_s": time.time() - t0,
+                    "logp_mismatch": mismatch.get(role, NAN),
+                    "zero_var_group_share": zero_var.get(role, NAN),
+                }
+                role_turns = [x for x in turns if x.role == role]
+                row = role_row(
+                    step, role, policy.name, role_turns, stats.get(role, {}), signals, self.t.agent_gradients
                 )
+                self.train_rows.append(row)
         self.generate.after_update(step)  # sync the updated weights into the vllm engine, verified
         self.timings["update_s"] = max(self.timings["update_s"], time.time() - t_update)
 
@@ -253,37 +195,21 @@ class Trainer:
     def evaluate(self, step: int) -> None:
         """Evaluate every split in chunks (evaluation.py), each saved as it finishes; a resumed step's eval
         reuses its saved chunks. The rows are kept only once all splits are done (a stop abandons them)."""
-        eval_rows, sample_rows = [], []
         for m in self.policies.modules():
             m.eval()
         progress = EvalProgress(self.work, step, self.settings.config_hash, self.ranks.is_main, self.log)
         progress.discard(keep=step == self.resumed_at)  # saved chunks are of the policies resumed with
-        for i, (split, problems) in enumerate(self.eval_splits.items()):
-            t0 = time.time()
-            episodes = run_split(
-                self.workflow,
-                self.eval_generate,
-                self.ranks,
-                problems,
-                self.t.eval_samples,
-                self.t.eval_chunk_problems,
-                lambda c: chunk_seed(self.settings.seed, step, c),
-                progress,
-                i,
-            )
-            row, samples = split_rows(
-                step,
-                split,
-                episodes,
-                self.t.eval_samples,
-                self.workflow,
-                self.task,
-                self.settings.seed,
-                self.t.samples_per_eval,
-                time.time() - t0,
-            )
-            eval_rows.append(row)
-            sample_rows += samples
+        eval_rows, sample_rows = evaluate_splits(
+            step,
+            self.eval_splits,
+            self.workflow,
+            self.task,
+            self.eval_generate,
+            self.ranks,
+            self.t,
+            self.settings.seed,
+            progress,
+        )
         if progress.resumed:
             self.log(f"step {step} eval: resumed {progress.resumed} saved chunks of problems")
         progress.discard()
@@ -310,7 +236,7 @@ class Trainer:
             if self.t.is_eval_step(start) and not any(r["step"] == start for r in self.eval_rows):
                 self.evaluate(start)  # step 0, or a step whose eval a signal cut short
                 self.write_partial_logs()
-                self.log(f"step {start}/{max_steps} eval " + self._eval_summary())
+                self.log(f"step {start}/{max_steps} eval " + eval_summary(self._last_evals()))
             self.tracker.flush(start, self.train_rows, self.eval_rows, self.warning_rows)
             for step in range(start + 1, max_steps + 1):
                 tokens_before, chunks_before, t0 = self.generate.generated_tokens, self.generate.chunks, time.time()
@@ -353,14 +279,14 @@ class Trainer:
     ) -> None:
         """The progress line of a finished step."""
         elapsed = time.time() - t_start
-        rewards = " ".join(f"{r['role']}={r['reward_mean']:.2f}" for r in self.train_rows if r["step"] == step)
-        tok_s = (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9)
-        left = elapsed / (step - start) * (self.t.max_steps - step)
-        self.log(
-            f"step {step}/{self.t.max_steps} reward {rewards} | eval {self._eval_summary()} | "
-            f"{tok_s:.0f} tok/s, {self.generate.chunks - chunks_before} generate chunks | "
-            f"{elapsed:.0f}s elapsed, {left:.0f}s left"
-        )
+        speed = {
+            "tok_s": (self.generate.generated_tokens - tokens_before) / max(time.time() - t0, 1e-9),
+            "chunks": self.generate.chunks - chunks_before,
+            "elapsed_s": elapsed,
+            "left_s": elapsed / (step - start) * (self.t.max_steps - step),
+        }
+        rewards = {r["role"]: r["reward_mean"] for r in self.train_rows if r["step"] == step}
+        self.log(step_line(step, self.t.max_steps, rewards, self._last_evals(), speed))
 
     def save_on_stop(self, completed: int) -> None:
         """Checkpoint the state after step `completed` (unless saved already): what a signal keeps."""
@@ -401,9 +327,8 @@ class Trainer:
         if self.ranks.is_main:
             self.write_logs(self.work)
 
-    def _eval_summary(self) -> str:
-        last = self.eval_rows[-len(self.eval_splits) :]
-        return " ".join(f"{r['split']}={r['accuracy']:.3f}@{r['step']}" for r in last)
+    def _last_evals(self) -> list[dict[str, Any]]:
+        return self.eval_rows[-len(self.eval_splits) :]
 
     def checkpoint(self, step: int) -> None:
         """Everything a resume needs under work/checkpoints/step-N (checkpoint.py), whole or absent."""
@@ -413,7 +338,7 @@ class Trainer:
         save_checkpoint(
             self.work,
             step,
-            self.cfg,
+            self.settings.raw,  # config.json as it is: the same bytes, the same hash
             self.policies,
             self.sampler_state(step),
             lambda d: (self.write_logs(d), self.peak.link_into(d)),
@@ -429,19 +354,8 @@ class Trainer:
         """work/progress.json (atomically): how far the run is, for `python -m trainer status`."""
         if not self.ranks.is_main:  # DDP: rank 0 writes
             return
-        rundir.write_json_atomic(
-            {
-                "run": self.settings.run,
-                "step": step,
-                "max_steps": self.t.max_steps,
-                "phase": phase,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                **{k: round(v, 3) for k, v in self.timings.items()},
-                "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            },
-            self.work / rundir.PROGRESS_JSON,
-        )
+        record = progress_record(self.settings.run, step, self.t.max_steps, phase, self.timings)
+        rundir.write_json_atomic(record, self.work / rundir.PROGRESS_JSON)
 
     def resume(self) -> int:
         """Load the newest whole checkpoint, if any; return the step it ends at (0: start afresh).
@@ -449,7 +363,7 @@ class Trainer:
         Refuses a checkpoint written under another config, naming the keys that changed.
         """
         step, logs = load_checkpoint(
-            self.work, self.cfg, self.policies, self.sampler_state, self.log, clean_up=self.ranks.is_main
+            self.work, self.settings.raw, self.policies, self.sampler_state, self.log, clean_up=self.ranks.is_main
         )  # DDP: rank 0 removes a partial one
         self.resumed_at = step  # the eval of this step may reuse saved chunks (evaluation.py)
         if step:
@@ -459,34 +373,16 @@ class Trainer:
         return step
 
     def write_logs(self, directory: Path) -> None:
-        write_run_logs(
-            directory,
-            {
-                "train": self.train_rows,
-                "eval": self.eval_rows,
-                "samples": self.sample_rows,
-                "warnings": self.warning_rows,
-            },
-        )
+        """The four parquet logs so far into `directory` (checkpoint.write_run_logs)."""
+        logs = {"train": self.train_rows, "eval": self.eval_rows, "samples": self.sample_rows}
+        write_run_logs(directory, {**logs, "warnings": self.warning_rows})
 
     def publish(self, steps_done: int, wall_time_s: float, stopped_early: dict[str, Any] | None = None) -> dict:
         """The run's logs into its directory, each atomically, and done.json last (DDP: rank 0); a run
         ended by an early warning (training.on_warning: stop) names it in done.json's `stopped_early`."""
-        done = {
-            "run": self.settings.run,
-            "steps_done": steps_done,
-            "steps_expected": self.t.max_steps,
-            "config_hash": self.settings.config_hash,
-            "wall_time_s": wall_time_s,
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        if stopped_early:
-            done["stopped_early"] = {k: stopped_early[k] for k in ("step", "role", "detector", "value", "threshold")}
-            done["stopped_early"].update(
-                step=int(stopped_early["step"]),
-                value=float(stopped_early["value"]),
-                threshold=float(stopped_early["threshold"]),
-            )
+        done = done_record(
+            self.settings.run, steps_done, self.t.max_steps, self.settings.config_hash, wall_time_s, stopped_early
+        )
         if not self.ranks.is_main:
             return done
         self.write_logs(self.run_dir)

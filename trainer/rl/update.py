@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.rl.agent_gradients import role_agent_metrics
+from trainer.rl.agent_gradients import role_agent_metrics, row_agent
 from trainer.rl.distributed import Ranks
 from trainer.rl.grpo import (
     LOSS_AGGREGATIONS,
@@ -29,6 +29,7 @@ from trainer.rl.grpo import (
 )
 from trainer.rl.policies import Policy, PolicySet
 from trainer.settings import TrainingSettings
+from trainer.workflows import Turn
 
 
 @dataclass
@@ -42,6 +43,24 @@ class Row:
     reward: float
     agent: int = 0  # the instance within a parallel role (voter k, worker k); 0 for other roles
     engine_logps: list[float] | None = None  # the rollout engine's log-prob of each completion token (vllm)
+
+
+def policy_rows(policy: str, turns: list[Turn], routing: dict[str, str], parallel_role: str | None) -> list[Row]:
+    """The training samples of `policy`: the turns of its roles (`routing`: role -> policy) that generated
+    tokens, each with its agent where the role answers in parallel (`parallel_role`)."""
+    return [
+        Row(
+            t.role,
+            t.completion.prompt_ids,
+            t.completion.completion_ids,
+            t.advantage,
+            t.reward,
+            row_agent(t.role, t.agent, parallel_role),
+            t.completion.logprobs,
+        )
+        for t in turns
+        if routing[t.role] == policy and t.completion.completion_ids
+    ]
 
 
 class GradientRecorder:
@@ -231,30 +250,7 @@ class PolicyUpdater:
         finite, grad_metrics = True, {}
         for it in range(self.t.num_iterations):
             self.first_pass = it == 0
-            policy.optimizer.zero_grad(set_to_none=True)
-            recorder.reset()
-            for bi, batch in enumerate(batches):
-                s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
-                recorder.role, recorder.agent = batch[0].role, batch[0].agent if by_agent else None
-                finite &= self._backward(policy, model, batch, old_logps[bi] if old_logps else None, totals, s)
-            for batch in idle_batches:
-                s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
-                recorder.add_zero(batch[0].role, batch[0].agent if by_agent else None, policy.params)
-                finite &= self._entropy_only(model, batch, s)
-            for p in policy.params:  # no row back-propagated: zeros, so Adam still steps (its momentum) as then
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            self.ranks.reduce_gradients(policy.params, recorder.grads, policy.roles)  # summed over ranks
-            if by_agent:
-                self.ranks.reduce_agent_gradients(policy.params, recorder.agent_grads)
-            finite = self.ranks.all_true(finite)
-            grad_metrics = recorder.metrics()
-            total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t.max_grad_norm)
-            finite &= bool(torch.isfinite(total_norm))
-            if finite:
-                policy.optimizer.step()
-            policy.optimizer.zero_grad(set_to_none=True)
-            policy.scheduler.step()
+            finite, grad_metrics = self._pass(policy, model, batches, idle_batches, old_logps, totals, stats, finite)
         self.ranks.reduce_role_stats(stats, policy.roles)  # the whole batch's loss terms
         if self.correct:
             self._reduce_ratio_stats(stats, policy.roles)
@@ -262,6 +258,49 @@ class PolicyUpdater:
             s.update(grad_metrics.get(role, {}))
             s["skipped"] = not finite
         return stats
+
+    def _pass(
+        self,
+        policy: Policy,
+        model: torch.nn.Module,
+        batches: list[list[Row]],
+        idle_batches: list[list[Row]],
+        old_logps: list[torch.Tensor] | None,
+        totals: BatchTotals,
+        stats: dict[str, dict[str, float]],
+        finite: bool,
+    ) -> tuple[bool, dict[str, dict[str, float]]]:
+        """One pass over the rows: each micro-batch's backward (an idle one, of zero-advantage rows: entropy
+        only; `old_logps`: the sampling policy's, or None), the gradients summed over ranks and clipped, then
+        one optimizer and scheduler step, skipped where a loss or gradient is not finite (`finite`: so far).
+        Returns (finite, each role's gradient metrics)."""
+        by_agent = self.t.agent_gradients
+        recorder = self.recorders[policy.name]
+        policy.optimizer.zero_grad(set_to_none=True)
+        recorder.reset()
+        for bi, batch in enumerate(batches):
+            s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
+            recorder.role, recorder.agent = batch[0].role, batch[0].agent if by_agent else None
+            finite &= self._backward(policy, model, batch, old_logps[bi] if old_logps else None, totals, s)
+        for batch in idle_batches:
+            s = stats.setdefault(batch[0].role, dict.fromkeys(STAT_KEYS, 0.0))
+            recorder.add_zero(batch[0].role, batch[0].agent if by_agent else None, policy.params)
+            finite &= self._entropy_only(model, batch, s)
+        for p in policy.params:  # no row back-propagated: zeros, so Adam still steps (its momentum) as then
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        self.ranks.reduce_gradients(policy.params, recorder.grads, policy.roles)  # summed over ranks
+        if by_agent:
+            self.ranks.reduce_agent_gradients(policy.params, recorder.agent_grads)
+        finite = self.ranks.all_true(finite)
+        grad_metrics = recorder.metrics()
+        total_norm = torch.nn.utils.clip_grad_norm_(policy.params, self.t.max_grad_norm)
+        finite &= bool(torch.isfinite(total_norm))
+        if finite:
+            policy.optimizer.step()
+        policy.optimizer.zero_grad(set_to_none=True)
+        policy.scheduler.step()
+        return finite, grad_metrics
 
     def _backward(
         self,

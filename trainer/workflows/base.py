@@ -8,14 +8,15 @@ from typing import Any, ClassVar
 
 import yaml
 
+from trainer.settings import WorkflowSettings, default_of
 from trainer.tasks import Problem, Task
 from trainer.workflows.episode import Episode, GenerateFn, Turn
 
-PARAM_DEFAULTS = {"n_votes": 3, "max_iterations": 3, "max_subtasks": 3}
+PARAM_DEFAULTS = {k: default_of(WorkflowSettings, k) for k in ("n_votes", "max_iterations", "max_subtasks")}
 
 
 def workflow_param(params: dict[str, Any], key: str) -> int:
-    """An integer workflow parameter of `params`, or its default (PARAM_DEFAULTS) when unset."""
+    """An integer workflow parameter of `params`, or its default (trainer.settings.WorkflowSettings) when unset."""
     return int(params.get(key, PARAM_DEFAULTS[key]))
 
 
