@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.intervals import LEVEL, resample_within, t_mean_ci, wilson
-from analysis.names import CELL, PLAIN, workflow_rank
+from analysis.names import CELL, PLAIN, has_variants, workflow_rank
 from analysis.tables import primary_rows
 
 MEASURES = ["gain_peak", "gain_terminal", "gain_vs_single_peak", "gain_vs_single_terminal"]
@@ -127,6 +127,9 @@ def base_gain(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd
     rows = primary_rows(summary) if len(summary) else pd.DataFrame(columns=CELL)
     singles = rows[(rows["workflow"] == "single") & (rows["variant"] == PLAIN)] if len(rows) else rows
     rng = np.random.default_rng(seed)
+    # the claim's rows pool every variant: labelled `all` only where there are variants to pool, so that a
+    # matrix without variants writes the table without the axis (names.as_written)
+    pooled = ALL if len(rows) and has_variants(rows) else {**ALL, "variant": PLAIN}
     out = []
     for measure in [m for m in MEASURES if m in rows]:
         have = rows[rows[measure].notna()]
@@ -138,9 +141,9 @@ def base_gain(summary: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd
         if not multi.any():
             continue
         agents = have[have["workflow"] != "single"]
-        out += _claim_rows(ALL, agents, singles, cells[multi], measure, rng, n_boot)
+        out += _claim_rows(pooled, agents, singles, cells[multi], measure, rng, n_boot)
         for wf, g in agents.groupby("workflow", sort=False):
-            label = {**ALL, "workflow": wf}
+            label = {**pooled, "workflow": wf}
             out += _claim_rows(label, g, singles, cells[cells["workflow"] == wf], measure, rng, n_boot)
     df = pd.DataFrame(out, columns=COLUMNS)
     return df.sort_values(
