@@ -227,8 +227,7 @@ def _add_plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--measure",
         action="store_true",
-        help="first time two steps of one run per workflow and task on this machine and record them "
-        "in trainer/sweep/measured_rates/",
+        help="first time two steps per workflow and task here, into the measured rates",
     )
 
 
