@@ -176,7 +176,7 @@ def test_rules_name_the_env_of_each_cli():
     envs = {Path(f).name: (e["rules"], e["clis"]) for f, e in rule_envs().items()}
     trainer_rules = {"base_model", "prefetch_model", "prefetch_dataset", "train", "status", "plan", "plan_vs_actual"}
     assert envs["trainer.yaml"] == (trainer_rules, {"trainer"})
-    assert envs["analysis.yaml"] == ({"analyse", "plot_figures", "figures"}, {"analysis"})
+    assert envs["analysis.yaml"] == ({"analyse", "plot_figures", "figures", "calibrate_warnings"}, {"analysis"})
 
 
 @pytest.mark.parametrize("env_name", ["trainer.yaml", "analysis.yaml"])

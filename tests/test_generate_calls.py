@@ -165,7 +165,7 @@ def test_generation_backend_key_picks_the_rollout_backend(model_dir, tmp_path, m
     )  # under the stop check
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        rollout.importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
     )
     cfg = real_scale_config(model_dir, run, tmp_path / "vllm", training={"generation_backend": "vllm"})
     with pytest.raises(ConfigError, match=r"training\.generation_backend: 'vllm' needs the vllm package"):
