@@ -47,9 +47,11 @@ def configured_agents(config: dict[str, Any], roles: WorkflowRoles) -> float:
 
 
 def agent_facts(train: pd.DataFrame, config: dict[str, Any], roles: WorkflowRoles) -> dict[str, Any]:
-    """n_agents (and where it came from), mean amplification_index and agent_cos_mean of the parallel role.
+    """n_agents (and where it came from), amplification_index and agent_cos_mean of the parallel role.
 
-    The means are over the role's non-skipped steps; NaN where the role or the columns are absent.
+    Over the role's non-skipped steps: the index's median (a step whose agents' gradients nearly cancel
+    has an index without bound, ~1e6, which would make the run's mean that one step) and the cosine's mean
+    (bounded); NaN where the role or the columns are absent.
     """
     out: dict[str, Any] = {
         "variant": variant(config),
@@ -69,8 +71,8 @@ def agent_facts(train: pd.DataFrame, config: dict[str, Any], roles: WorkflowRole
         )
     else:
         out.update(n_agents=configured_agents(config, roles), n_agents_source="config.json")
-    for col in ("amplification_index", "agent_cos_mean"):
+    for col, over_steps in (("amplification_index", np.nanmedian), ("agent_cos_mean", np.nanmean)):
         if col in rows:
             v = rows[col].to_numpy(dtype=float)
-            out[col] = float(np.nanmean(v)) if (~np.isnan(v)).any() else math.nan
+            out[col] = float(over_steps(v)) if (~np.isnan(v)).any() else math.nan
     return out

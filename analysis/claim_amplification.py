@@ -2,7 +2,8 @@
 goes with the terminal drop.
 
 Per run (summary rows, from analysis/agents.py): the parallel role's agents `n_agents` (the dose: variants set
-n_votes / max_subtasks) and its mean `amplification_index` = sum_k ||g_k|| / ||sum_k g_k|| (train.parquet);
+n_votes / max_subtasks) and its `amplification_index` = sum_k ||g_k|| / ||sum_k g_k|| (train.parquet; the
+median over the run's steps, analysis/agents.py);
 the terminal drop = peak_acc - terminal_acc. Long format, one statistic a row:
 - `mean_index`: mean index per workflow, policy and n_agents (bootstrap over runs);
 - `slope`: index per added agent (least squares over runs), per workflow and policy, and `isolated - shared`;
@@ -23,8 +24,8 @@ from analysis.tables import primary_rows
 
 COLUMNS = ["statistic", "workflow", "policy", "n_agents", "n_runs", "estimate", "lo", "hi", "note"]
 NO_INDEX = (
-    "not measured: train.parquet has no amplification_index (a trainer before per-agent gradients); "
-    "rerun with per-agent gradient logging"
+    "not measured: train.parquet has no amplification_index (runs without training.agent_gradients); "
+    "set training.agent_gradients: true to log each parallel agent's gradient, then rerun the analysis"
 )
 
 

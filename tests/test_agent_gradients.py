@@ -241,3 +241,25 @@ def test_a_run_logs_the_agent_columns_only_when_set(base_model: dict, tmp_path: 
     on = logs[True]
     assert on.loc["generator", "n_agents"] == 3 and len(on.loc["generator", "agent_grad_norms"]) == 3
     assert on.loc["aggregator", "n_agents"] == 1 and math.isnan(on.loc["aggregator", "amplification_index"])
+
+
+def test_a_runs_amplification_index_is_its_median_step_not_a_cancelling_one() -> None:
+    """One step whose agents' gradients nearly cancel (index ~1e6) does not become the run's index: the
+    summary takes the median over steps (analysis.agents.agent_facts), while the cosine keeps its mean."""
+    from analysis.agents import agent_facts
+
+    index = [1.5, 1.7, 1.6, 1.0e6, 1.8]
+    train = pd.DataFrame(
+        {
+            "role": ["generator"] * 5,
+            "skipped": [False] * 5,
+            "n_agents": [3] * 5,
+            "amplification_index": index,
+            "agent_cos_mean": [0.1, 0.2, 0.3, -1.0, 0.4],
+        }
+    )
+    roles = rundir.WorkflowRoles(("generator", "aggregator"), "generator", 3.0)
+    facts = agent_facts(train, {"run": "voting-math-tiny-isolated-s0"}, roles)
+    assert facts["amplification_index"] == pytest.approx(1.7)
+    assert facts["agent_cos_mean"] == pytest.approx(0.0)
+    assert facts["n_agents"] == 3

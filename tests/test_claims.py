@@ -123,7 +123,7 @@ def test_amplification_dose_recovers_planted_effect(planted, null):
 
 
 def test_amplification_degrades_without_per_agent_columns(tmp_path):
-    """A sweep from a trainer before per-agent gradients: a note row, not a crash; n_agents from config.json."""
+    """A sweep without per-agent gradients (training.agent_gradients off): a note row, not a crash; n_agents from config.json."""
     dirs = []
     for policy in ("shared", "isolated"):
         for seed in range(3):
