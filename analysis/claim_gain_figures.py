@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis.empty_figure import empty_figure  # noqa: E402
 from analysis.figure_data import MISSING, POLICY_COLOURS, Data, Grid, wf_name  # noqa: E402
 
 BASE_MEASURES = (("gain_terminal", "gain_peak"), ("gain_vs_single_terminal", "gain_vs_single_peak"))
@@ -80,13 +81,12 @@ def claim_base_gain(data: Data, grid: Grid) -> plt.Figure:
     """Per cell, the gain over the step-0 eval (left) and over the single agent (right), terminal and peak, with
     seed intervals; on top the mean over cells (bootstrap), in the titles the share of cells above zero."""
     t = _claim_table(data, "base_gain")
+    if not len(t):
+        return empty_figure("Claim 1: gain of multi-agent RL over the base", "no analysed runs with gains to show")
     n = int((t["measure"] == "gain_terminal").sum()) if len(t) else 0  # the rows of the taller panel, about
     fig, axes = plt.subplots(1, 2, figsize=(12, 1.5 + 0.22 * max(n, 6)))
     for ax, measures in zip(axes, BASE_MEASURES):
-        if len(t):
-            _gain_panel(ax, t, measures)
-        else:
-            _empty(ax, "no analysed runs")
+        _gain_panel(ax, t, measures)
     fig.tight_layout()
     return fig
 
@@ -99,10 +99,9 @@ def claim_gain_factors(data: Data, grid: Grid) -> plt.Figure:
     order = (
         [r for k in ("claim", "group", "term") for r in dict.fromkeys(t.loc[t["kind"] == k, "term"])] if len(t) else []
     )
-    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.25 * max(len(order), 6)))
     if not len(t):
-        _empty(ax, "no multi-agent runs with gains")
-        return fig
+        return empty_figure("Claim 2: the gains' variance by factor", "no multi-agent runs with gains")
+    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.25 * max(len(order), 6)))
     y = {term: float(len(order) - i) for i, term in enumerate(order)}
     for offset, measure, hollow in ((0.15, FACTOR_MEASURES[0], False), (-0.15, FACTOR_MEASURES[1], True)):
         g = t[t["measure"] == measure]

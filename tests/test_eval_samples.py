@@ -237,8 +237,10 @@ def test_tiny_eval_with_five_samples_writes_consistent_columns(tmp_path, base_mo
 
     monkeypatch.setattr(trainer.task, "score_batch", planted)
     seen = []
-    real_run_split = train_module.run_split
-    monkeypatch.setattr(train_module, "run_split", lambda *a: seen.append(real_run_split(*a)) or seen[-1])
+    from trainer.rl import evaluation
+
+    real_run_split = evaluation.run_split  # what the trainer's evaluate_splits calls
+    monkeypatch.setattr(evaluation, "run_split", lambda *a: seen.append(real_run_split(*a)) or seen[-1])
     trainer.evaluate(0)
     trainer.evaluate(0)  # the same step again: the same draws (the eval seed is the run's and the step's)
     first, again = trainer.eval_rows
