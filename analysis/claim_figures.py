@@ -152,7 +152,7 @@ def claim_amplification_dose(data: Data, grid: Grid) -> plt.Figure:
     if len(corr):
         r = corr.iloc[0]
         b.set_title(f"r = {r.estimate:.2f} [{r.lo:.2f}, {r.hi:.2f}] over {int(r.n_runs)} runs", fontsize=9)
-    b.set_xlabel("amplification index (run mean)")
+    b.set_xlabel("amplification index (run median step)")
     b.set_ylabel("terminal drop (peak - terminal)")
     fig.tight_layout()
     return fig
